@@ -1,0 +1,1 @@
+KERNELS: list[dict] = []
