@@ -1,1 +1,207 @@
-KERNELS: list[dict] = []
+"""sm90a (Hopper) kernels: CUDA C++ with inline PTX, compiled by nvcc into cubins.
+
+The build driver (asmgen.build) reads KERNELS and calls build() and inspect() for each entry. Every kernel is one
+compilation of attention_fwd.cu with its configuration passed as preprocessor definitions; the manifest entry and
+the compiler flags come from the same dict, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+SOURCE_DIR = Path(__file__).resolve().parent
+SOURCE = SOURCE_DIR / "attention_fwd.cu"
+
+ARCH_FLAGS = ("-gencode", "arch=compute_90a,code=sm_90a")
+# -cubin with no debug or line information: the object does not depend on where the tree lives.
+COMPILE_FLAGS = ("-cubin", "-O3", "-std=c++17", "-Xptxas", "-warn-spills,-warn-lmem-usage")
+
+TILE_M = 128  # query rows per CTA tile: two consumer warpgroups of 64 rows
+TILE_N = 128  # keys per tile
+THREADS = 384  # producer warpgroup + two consumer warpgroups
+STAGES = 2  # depth of the K/V shared-memory ring
+BOX_BYTES = 128 * 64 * 2  # one TMA box: 128 rows of 64 BF16 columns (128 bytes, the swizzle width)
+SWIZZLE_ALIGN = 1024  # boxes start on the 128-byte swizzle's 1024-byte period; the launch adds that much slack
+BARRIER_BYTES = 8
+
+# Ordered kernel parameters; "tmap" = CUtensorMap by value. Strides are in elements. Offsets are added below.
+_PARAMS = [
+    {"name": "q", "type": "tmap"},
+    {"name": "k", "type": "tmap"},
+    {"name": "v", "type": "tmap"},
+    {"name": "out", "type": "ptr"},
+    {"name": "lse", "type": "ptr"},
+    {"name": "jobs", "type": "ptr"},
+    {"name": "num_jobs", "type": "i32"},
+    {"name": "seqlen", "type": "i32"},
+    {"name": "heads", "type": "i32"},
+    {"name": "heads_k", "type": "i32"},
+    {"name": "scale_log2", "type": "f32"},  # softmax_scale * log2(e)
+    {"name": "out_stride_b", "type": "i64"},
+    {"name": "out_stride_s", "type": "i64"},
+    {"name": "out_stride_h", "type": "i64"},
+]
+ARG_ALIGN = {"tmap": 64, "ptr": 8, "i64": 8, "i32": 4, "u32": 4, "f32": 4}
+ARG_SIZE = {"tmap": 128, "ptr": 8, "i64": 8, "i32": 4, "u32": 4, "f32": 4}
+# sm_90 kernel parameters live in constant bank 0 from this byte on, and nvcc aligns each parameter's address in
+# the bank rather than its offset in the parameter buffer: a tensor map (64-byte aligned) lands at offset 48.
+PARAM_BANK_BASE = 0x210
+
+
+def _with_offsets(params: list[dict]) -> list[dict]:
+    out, end = [], 0
+    for param in params:
+        align = ARG_ALIGN[param["type"]]
+        offset = -(-(PARAM_BANK_BASE + end) // align) * align - PARAM_BANK_BASE
+        out.append({**param, "offset": offset})
+        end = offset + ARG_SIZE[param["type"]]
+    return out
+
+
+ARGS = _with_offsets(_PARAMS)
+
+
+# Shared memory every sm_90 CTA reserves for the system; cuobjdump reports it as the kernel's static shared memory.
+RESERVED_SHARED = 1024
+MAX_SHARED = 227 * 1024  # the most one CTA may use on sm_90
+
+
+def dynamic_shared_bytes(d_qk: int, d_v: int, stages: int = STAGES) -> int:
+    """Dynamic shared memory of one CTA: Q tile, `stages` K and V tiles, mbarriers, alignment slack."""
+    q_bytes = d_qk // 64 * BOX_BYTES
+    v_bytes = d_v // 64 * BOX_BYTES
+    barriers = (2 + 4 * stages) * BARRIER_BYTES  # Q full/empty; per stage K full/empty, V full/empty
+    return q_bytes + stages * (q_bytes + v_bytes) + barriers + SWIZZLE_ALIGN
+
+
+# Consumer schedules: "pingpong" (the two consumer warpgroups alternate issuing their GEMMs) measured faster up to
+# S = 8K on the H200, "independent" (each issues as soon as its inputs are ready) from S = 16K on (docs/sm90a.md).
+SCHEDULES = ("pingpong", "independent")
+
+
+def _kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
+    dims = f"d{d_qk}" if d_qk == d_v else f"d{d_qk}_{d_v}"
+    name = f"sm90a_fwd_bf16_{dims}_{schedule}"
+    return {
+        "name": name,
+        "symbol": f"zyfa_{name}",
+        "file": f"{name}.cubin",
+        "dtype": "bf16",
+        "d_qk": d_qk,
+        "d_v": d_v,
+        "p_mode": "bf16",
+        "tile_m": TILE_M,
+        "tile_n": TILE_N,
+        "scale_block": None,
+        "rescale_threshold": tau,
+        "threads": THREADS,
+        "shared_bytes": dynamic_shared_bytes(d_qk, d_v) + RESERVED_SHARED,  # all the CTA needs: static + dynamic
+        "grid": "persistent",
+        "stages": STAGES,
+        "schedule": schedule,
+        "args": ARGS,
+    }
+
+
+KERNELS: list[dict] = [_kernel(d_qk, d_v, tau, schedule) for d_qk, d_v, tau in ((128, 128, 0.5), (192, 128, 8.0))
+                       for schedule in SCHEDULES]
+
+
+def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None, fma_scale: bool = True) -> list[str]:
+    """Preprocessor configuration of one kernel; the keywords give the variants the benchmark compares (pingpong
+    defaults to the kernel's schedule)."""
+    if pingpong is None:
+        pingpong = kernel["schedule"] == "pingpong"
+    return [
+        f"-DZYFA_KERNEL={kernel['symbol']}",
+        f"-DZYFA_D_QK={kernel['d_qk']}",
+        f"-DZYFA_D_V={kernel['d_v']}",
+        f"-DZYFA_TAU={float(kernel['rescale_threshold'])!r}f",
+        f"-DZYFA_STAGES={kernel['stages']}",
+        f"-DZYFA_DYNAMIC_SHARED_BYTES={kernel['shared_bytes'] - RESERVED_SHARED}",
+        f"-DZYFA_OVERLAP={int(overlap)}",
+        f"-DZYFA_PINGPONG={int(pingpong)}",
+        f"-DZYFA_FMA_SCALE={int(fma_scale)}",
+    ]
+
+
+def nvcc() -> str:
+    path = os.environ.get("NVCC") or shutil.which("nvcc")
+    if not path:
+        raise RuntimeError("sm90a build needs nvcc (CUDA 13.0) on PATH or in env NVCC")
+    return path
+
+
+def build(kernel: dict, path: Path, **variant) -> None:
+    """Compile `kernel` into a cubin at `path`. nvcc runs in a temporary folder on a copy of the sources, so the
+    object does not depend on the checkout's location."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for src in SOURCE_DIR.glob("*.cu*"):
+            shutil.copy(src, Path(tmp) / src.name)
+        cmd = [nvcc(), *ARCH_FLAGS, *COMPILE_FLAGS, *defines(kernel, **variant), "-o", "kernel.cubin", SOURCE.name]
+        result = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+        if result.returncode != 0 or "warning" in result.stderr.lower():
+            raise RuntimeError(f"nvcc failed for {kernel['name']}:\n{result.stderr}")
+        Path(path).write_bytes((Path(tmp) / "kernel.cubin").read_bytes())
+
+
+def cuobjdump() -> str:
+    """cuobjdump from PATH or from the nvidia-cuda-cuobjdump wheel."""
+    found = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
+    if found:
+        return found
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(root) / "cu13" / "bin" / "cuobjdump"
+        if candidate.exists():
+            return str(candidate)
+    raise RuntimeError("inspecting sm90a cubins needs cuobjdump: install the nvidia-cuda-cuobjdump package "
+                       "or put cuobjdump on PATH (or in env CUOBJDUMP)")
+
+
+_FUNCTION = re.compile(r"Function (\S+):\s*\n\s*(.*)")
+_PARAM_INFO = re.compile(r"Ordinal\s*:\s*(0x[0-9a-f]+)\s+Offset\s*:\s*(0x[0-9a-f]+)\s+Size\s*:\s*(0x[0-9a-f]+)")
+
+
+def _run_cuobjdump(*args: str) -> str:
+    result = subprocess.run([cuobjdump(), *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"cuobjdump {' '.join(args)} failed:\n{result.stderr}")
+    return result.stdout
+
+
+def param_layout(path: Path) -> list[tuple[int, int]]:
+    """(offset, size) of each kernel parameter in order, from the cubin's EIATTR_KPARAM_INFO records."""
+    found = {int(o, 16): (int(off, 16), int(size, 16)) for o, off, size in _PARAM_INFO.findall(
+        _run_cuobjdump("-elf", str(path)))}
+    return [found[i] for i in sorted(found)]
+
+
+def inspect(kernel: dict, path: Path) -> dict:
+    """Symbols and resources (registers, static shared memory, stack, local memory) from cuobjdump; fails when the
+    parameter offsets the cubin declares differ from the kernel's args."""
+    declared = param_layout(path)
+    expected = [(a["offset"], ARG_SIZE[a["type"]]) for a in kernel["args"]]
+    if declared != expected:
+        raise RuntimeError(f"{kernel['name']}: parameter (offset, size) in the cubin {declared} != args {expected}")
+    symbols, resources = [], {}
+    for name, fields in _FUNCTION.findall(_run_cuobjdump("--dump-resource-usage", str(path))):
+        symbols.append(name)
+        if name == kernel["symbol"]:
+            values = dict(item.split(":", 1) for item in fields.split())
+            resources = {
+                "registers": int(values["REG"]),
+                "stack_bytes": int(values["STACK"]),
+                "static_shared_bytes": int(values["SHARED"]),
+                "local_bytes": int(values["LOCAL"]),
+            }
+    if resources.get("static_shared_bytes") != RESERVED_SHARED:
+        raise RuntimeError(f"{kernel['name']}: static shared memory {resources.get('static_shared_bytes')} is not the "
+                           f"{RESERVED_SHARED} bytes shared_bytes assumes")
+    return {"symbols": symbols, "resources": resources}

@@ -1,0 +1,77 @@
+"""Backend choice by device.
+
+Every backend module has forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout) -> (out, lse).
+CPU tensors run `reference`; a CUDA GPU of compute capability 9.0 runs `sm90a`; a ROCm gfx950 GPU runs
+`gfx950`; anything else is refused. ZYFA_BACKEND=reference forces the reference path on any device. The GPU
+modules are imported on first use, so the CPU path never loads the kernel package.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+
+BACKEND_ENV = "ZYFA_BACKEND"
+FORCEABLE = ("reference",)  # values ZYFA_BACKEND accepts ("" or unset: choose by device)
+KERNEL_ARCHS = {("cuda", "sm90"): "sm90a", ("rocm", "gfx950"): "gfx950"}
+
+
+class UnsupportedDeviceError(RuntimeError):
+    """No ZYFA backend runs on this device."""
+
+
+@dataclass(frozen=True)
+class DeviceDescription:
+    """What the choice depends on: platform ("cpu", "cuda", "rocm", or another device type) and architecture."""
+
+    platform: str
+    arch: str | None = None
+    name: str = ""
+
+
+def describe(device: torch.device) -> DeviceDescription:
+    if device.type == "cpu":
+        return DeviceDescription("cpu")
+    if device.type != "cuda":
+        return DeviceDescription(device.type)
+    props = torch.cuda.get_device_properties(device)
+    if torch.version.hip:
+        return DeviceDescription("rocm", props.gcnArchName.split(":")[0], props.name)  # e.g. "gfx950:sramecc+:xnack-"
+    return DeviceDescription("cuda", f"sm{props.major}{props.minor}", props.name)
+
+
+def backend_name(description: DeviceDescription, forced: str = "") -> str:
+    """The backend for a device; `forced` is the value of ZYFA_BACKEND."""
+    if forced:
+        if forced not in FORCEABLE:
+            raise ValueError(f"{BACKEND_ENV}={forced!r}: the only value it accepts is 'reference' (or leave it unset)")
+        return forced
+    if description.platform == "cpu":
+        return "reference"
+    kernel = KERNEL_ARCHS.get((description.platform, description.arch))
+    if kernel is None:
+        device = " ".join(filter(None, (description.platform, description.arch, description.name)))
+        raise UnsupportedDeviceError(
+            f"ZYFA has no kernel for this device ({device}): kernels exist for NVIDIA Hopper (sm90) and AMD "
+            f"MI355X (gfx950); set {BACKEND_ENV}=reference to run the slow reference path on it"
+        )
+    return kernel
+
+
+def load(name: str) -> ModuleType:
+    module = f"{__name__}.{name}"
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        if error.name != module:
+            raise
+        raise UnsupportedDeviceError(f"the {name} backend ({module}) is not part of this installation") from None
+
+
+def select(device: torch.device) -> ModuleType:
+    """The backend module for tensors on `device`."""
+    return load(backend_name(describe(device), os.environ.get(BACKEND_ENV, "")))

@@ -1,13 +1,17 @@
-"""Reference backend: the numerics model in torch, for CPU tensors and ZYFA_BACKEND=reference.
+"""Reference backend: the numerics model (zyfa.numerics), for CPU tensors and ZYFA_BACKEND=reference.
 
-PLACEHOLDER until zyfa.numerics lands: exact float32 attention on the decoded inputs.
+It runs the kernels' numerics for the configuration (p_mode by dtype and d_qk, the contract's tau) with the
+key tile below, so CPU results are what a kernel computes up to FP32 summation order.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
+
+from .. import numerics
+
+KEY_TILE = 128  # keys per tile of the reference path (the sm90a kernels' tile)
+LAYOUTS = ("bshd", "bhsd")
 
 
 def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layout: str):
@@ -15,22 +19,18 @@ def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layo
 
     Returns out (BF16, same layout as q) and lse (float32, (batch, heads, seqlen), natural log).
     """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if layout == "bhsd":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-    b, s, h, d = q.shape
-    hk = k.shape[2]
-    qf, kf, vf = (t.float() for t in (q, k, v))
-    if q_descale is not None:
-        qf = qf * q_descale.float().repeat_interleave(h // hk, dim=1)[:, None, :, None]
-        kf = kf * k_descale.float()[:, None, :, None]
-        vf = vf * v_descale.float()[:, None, :, None]
-    kf = kf.repeat_interleave(h // hk, dim=2)
-    vf = vf.repeat_interleave(h // hk, dim=2)
-    scores = torch.einsum("bihd,bjhd->bhij", qf, kf) * softmax_scale
-    mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
-    scores = scores.masked_fill(mask, -math.inf)
-    lse = torch.logsumexp(scores, dim=-1)
-    out = torch.einsum("bhij,bjhd->bihd", torch.softmax(scores, dim=-1), vf).to(torch.bfloat16)
+    descales = {}
+    if q.dtype == torch.float8_e4m3fn:
+        descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
+        for name, value in descales.items():
+            if value is None:
+                raise ValueError(f"{name} is required for float8_e4m3fn inputs")
+    out, lse = numerics.attention(q, k, v, softmax_scale=softmax_scale, key_tile=KEY_TILE, return_lse=True,
+                                  **descales)
     if layout == "bhsd":
         out = out.transpose(1, 2).contiguous()
-    return out, lse.float()
+    return out, lse

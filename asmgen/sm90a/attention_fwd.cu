@@ -1,0 +1,440 @@
+// Causal forward attention, BF16 in, BF16 out (+ FP32 log-sum-exp), for Hopper (sm_90a).
+//
+// One CTA per SM walks a host-built job table (rows [batch, head, tile_lo, tile_hi], paired causal query tiles of
+// 128 rows). Three warpgroups:
+//   WG0      producer: one thread loads Q, K and V tiles with TMA into shared memory, completing on mbarriers;
+//            K and V stream through a ring of STAGES slots.
+//   WG1, WG2 consumers: 64 query rows each. S = Q K^T and O += P V with wgmma; the softmax in registers.
+// The numerics follow the model of zyfa.numerics (p_mode "bf16"): key tiles in increasing order, a lazily rescaled
+// row maximum (rescale only when a tile's maximum exceeds it by more than TAU), p = 2^(x - m) in FP32, the row sum
+// of unrounded p, P = bf16(p), O += P V in FP32, O / l at the end (as O * (1/l)) and lse = ln2 (m + log2 l).
+//
+// Compile-time configuration (set by asmgen/sm90a/__init__.py):
+//   ZYFA_KERNEL    kernel symbol          ZYFA_D_QK, ZYFA_D_V   head dims (multiples of 64; D_V = 128)
+//   ZYFA_TAU       rescale threshold      ZYFA_STAGES           K/V ring depth
+//   ZYFA_DYNAMIC_SHARED_BYTES  dynamic shared memory the launch provides (checked against the layout)
+//   ZYFA_OVERLAP   issue QK^T of tile j with P V of tile j-1 and run tile j's softmax under that P V (1), or
+//                  finish P V of tile j-1 before QK^T of tile j (0)
+//   ZYFA_PINGPONG  the two consumers take turns issuing their GEMMs, so one's softmax hides under the other's MMA
+//   ZYFA_FMA_SCALE compute x - m as one FMA (c s - m) instead of the model's rounded product then difference
+
+#include "ptx.cuh"
+
+#include <math_constants.h>
+
+#include <type_traits>
+
+namespace zyfa {
+
+constexpr int kTileM = 128;           // query rows per job tile (two consumer warpgroups of 64)
+constexpr int kTileN = 128;           // keys per tile
+constexpr int kRowsPerConsumer = 64;  // wgmma M
+constexpr int kBoxCols = 64;          // BF16 columns per 128-byte swizzled row: TMA box width and wgmma atom
+constexpr int kBoxBytes = 128 * kBoxCols * 2;  // one 128-row box
+constexpr int kAtomRowBytes = 128;
+constexpr int kAtomBytes = 8 * kAtomRowBytes;  // 8 rows: the swizzle pattern's period
+constexpr int kMmaK = 16;                      // wgmma K for BF16
+constexpr int kThreadsPerWarpgroup = 128;
+constexpr int kConsumerWarps = 8;
+constexpr int kThreads = 3 * kThreadsPerWarpgroup;
+constexpr uint32_t kProducerRegs = 24;
+constexpr uint32_t kConsumerRegs = 240;
+constexpr uint32_t kPingBarrier = 1;  // named barriers 1 and 2: one per consumer warpgroup
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kTau = ZYFA_TAU;  // rescale threshold of the lazy row maximum, base-2 units
+
+template <int D_QK, int D_V, int STAGES>
+struct SharedLayout {
+  static constexpr int kQBoxes = D_QK / kBoxCols;
+  static constexpr int kVBoxes = D_V / kBoxCols;
+  static constexpr int kQ = 0;
+  static constexpr int kK = kQ + kQBoxes * kBoxBytes;
+  static constexpr int kV = kK + STAGES * kQBoxes * kBoxBytes;
+  static constexpr int kBarriers = kV + STAGES * kVBoxes * kBoxBytes;
+  // q_full, q_empty, then per stage k_full, v_full, k_empty, v_empty
+  static constexpr int kNumBarriers = 2 + 4 * STAGES;
+  static constexpr int kBytes = kBarriers + kNumBarriers * 8;
+  static constexpr int kQBytes = kQBoxes * kBoxBytes;
+  static constexpr int kKBytes = kQBoxes * kBoxBytes;
+  static constexpr int kVBytes = kVBoxes * kBoxBytes;
+};
+
+struct Barriers {
+  uint32_t base;
+  __device__ uint32_t q_full() const { return base; }
+  __device__ uint32_t q_empty() const { return base + 8; }
+  __device__ uint32_t k_full(int s) const { return base + 16 + 32 * s; }
+  __device__ uint32_t v_full(int s) const { return base + 24 + 32 * s; }
+  // K and V of a slot are released separately: K once QK^T has read it, V once P V has, so the next K load
+  // starts a whole tile earlier than if the slot waited for both.
+  __device__ uint32_t k_empty(int s) const { return base + 32 + 32 * s; }
+  __device__ uint32_t v_empty(int s) const { return base + 40 + 32 * s; }
+};
+
+// A position in the K/V ring: slot and the parity of the round the slot is in.
+template <int STAGES>
+struct RingPos {
+  int slot = 0;
+  uint32_t parity = 0;
+  __device__ void advance() {
+    if (++slot == STAGES) {
+      slot = 0;
+      parity ^= 1;
+    }
+  }
+};
+
+struct Job {
+  int batch, head, tile_lo, tile_hi;
+  __device__ int num_tiles() const { return tile_lo == tile_hi ? 1 : 2; }
+  __device__ int tile(int i) const { return i == 0 ? tile_lo : tile_hi; }
+};
+
+__device__ __forceinline__ Job load_job(const int* jobs, int index) {
+  const int4 j = reinterpret_cast<const int4*>(jobs)[index];
+  return {j.x, j.y, j.z, j.w};
+}
+
+struct Params {
+  uint16_t* out;  // BF16 bits
+  float* lse;
+  const int* jobs;
+  int num_jobs;
+  int seqlen;
+  int heads;
+  int heads_k;
+  float scale_log2;  // softmax_scale * log2(e), rounded once to FP32 (the model's c)
+  long long out_stride_b;  // elements
+  long long out_stride_s;
+  long long out_stride_h;
+};
+
+// ---- producer -----------------------------------------------------------------------------------------------------
+
+template <int D_QK, int D_V, int STAGES>
+__device__ void produce(const TensorMap* tq, const TensorMap* tk, const TensorMap* tv, uint8_t* smem,
+                        const Barriers& bars, const Params& p) {
+  using L = SharedLayout<D_QK, D_V, STAGES>;
+  const uint32_t base = smem_u32(smem);
+  const int group = p.heads / p.heads_k;
+  RingPos<STAGES> ring;
+  uint32_t q_parity = 0;
+  for (int index = blockIdx.x; index < p.num_jobs; index += gridDim.x) {
+    const Job job = load_job(p.jobs, index);
+    const int head_k = job.head / group;
+    for (int i = 0; i < job.num_tiles(); ++i) {
+      const int tile = job.tile(i);
+      mbar_wait(bars.q_empty(), q_parity ^ 1);
+      mbar_arrive_expect_tx(bars.q_full(), L::kQBytes);
+#pragma unroll
+      for (int b = 0; b < L::kQBoxes; ++b)
+        tma_load_4d(base + L::kQ + b * kBoxBytes, tq, bars.q_full(), b * kBoxCols, tile * kTileM, job.head,
+                    job.batch);
+      q_parity ^= 1;
+      for (int kt = 0; kt <= tile; ++kt) {
+        mbar_wait(bars.k_empty(ring.slot), ring.parity ^ 1);
+        mbar_arrive_expect_tx(bars.k_full(ring.slot), L::kKBytes);
+#pragma unroll
+        for (int b = 0; b < L::kQBoxes; ++b)
+          tma_load_4d(base + L::kK + (ring.slot * L::kQBoxes + b) * kBoxBytes, tk, bars.k_full(ring.slot),
+                      b * kBoxCols, kt * kTileN, head_k, job.batch);
+        mbar_wait(bars.v_empty(ring.slot), ring.parity ^ 1);
+        mbar_arrive_expect_tx(bars.v_full(ring.slot), L::kVBytes);
+#pragma unroll
+        for (int b = 0; b < L::kVBoxes; ++b)
+          tma_load_4d(base + L::kV + (ring.slot * L::kVBoxes + b) * kBoxBytes, tv, bars.v_full(ring.slot),
+                      b * kBoxCols, kt * kTileN, head_k, job.batch);
+        ring.advance();
+      }
+    }
+  }
+}
+
+// ---- consumer -----------------------------------------------------------------------------------------------------
+
+// Per-thread view of a 64x128 wgmma accumulator: warp w of the warpgroup holds rows 16w..16w+15; lane l holds rows
+// r = 16w + l/4 and r + 8 ("half" 0 and 1), columns 8i + 2(l%4) + {0,1} in registers 4i + 2*half + {0,1}.
+__device__ __forceinline__ int acc_col(int reg, int lane) { return 8 * (reg / 4) + 2 * (lane % 4) + (reg % 2); }
+__device__ __forceinline__ int acc_half(int reg) { return (reg / 2) % 2; }
+
+// Maximum over the quad of lanes that share a row.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+template <bool PINGPONG>
+struct PingPong {
+  uint32_t mine, other;
+  // Before issuing GEMMs: wait until the partner warpgroup has issued its own.
+  __device__ void acquire() const {
+    if constexpr (PINGPONG) named_barrier_sync(mine, 2 * kThreadsPerWarpgroup);
+  }
+  // After issuing: let the partner issue next.
+  __device__ void release() const {
+    if constexpr (PINGPONG) named_barrier_arrive(other, 2 * kThreadsPerWarpgroup);
+  }
+};
+
+// Row state of the online softmax for the thread's two rows.
+struct RowState {
+  float m[2];  // reference maximum, base-2 scaled units; -inf while unset
+  float l[2];  // this thread's partial row sum (the quad adds its partials at the end)
+};
+
+// Scores of one key tile -> probabilities in place; returns per-row factors for O (1 where m did not move).
+__device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float scale_log2, float tau,
+                                             float (&factor)[2]) {
+  // Row maxima as four independent chains per row (a short dependency chain; max is exact in any order).
+  constexpr int kChains = 4;
+  float mx[2][kChains];
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) mx[0][c] = mx[1][c] = -CUDART_INF_F;
+#pragma unroll
+  for (int r = 0; r < 64; ++r) mx[acc_half(r)][(r / 4) % kChains] = fmaxf(mx[acc_half(r)][(r / 4) % kChains], s[r]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    // c > 0, so the maximum of the scaled scores is the scaled maximum, with the same rounding.
+    const float mt = quad_max(fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]))) * scale_log2;
+    factor[h] = 1.0f;
+    if (mt > st.m[h] + tau) {
+      factor[h] = ex2(st.m[h] - mt);
+      st.m[h] = mt;
+      st.l[h] *= factor[h];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 64; ++r) {
+    const int h = acc_half(r);
+#if ZYFA_FMA_SCALE
+    s[r] = ex2(fmaf(s[r], scale_log2, -st.m[h]));  // one rounding fewer than the model: a last-bit difference
+#else
+    s[r] = ex2(__fmul_rn(s[r], scale_log2) - st.m[h]);  // x = c s rounded, then x - m: the model's two roundings
+#endif
+    st.l[h] += s[r];
+  }
+}
+
+// P (FP32 accumulator layout) -> BF16 A fragments: the accumulator of key columns 16k..16k+15 is exactly the
+// register A fragment of the k-th 16-key step.
+__device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) pf[i] = pack_bf16x2(s[2 * i], s[2 * i + 1]);
+}
+
+__device__ __forceinline__ void rescale_o(float (&o)[64], const float (&factor)[2]) {
+  if (factor[0] != 1.0f || factor[1] != 1.0f) {
+#pragma unroll
+    for (int r = 0; r < 64; ++r) o[r] *= factor[acc_half(r)];
+  }
+}
+
+template <int D_QK>
+__device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_rows, uint32_t k_tile) {
+#pragma unroll
+  for (int k = 0; k < D_QK / kMmaK; ++k) {
+    // K step k lies in box k/4, at byte 32*(k%4) of each swizzled 128-byte row.
+    const uint32_t offset = (k / 4) * kBoxBytes + (k % 4) * (kMmaK * 2);
+    wgmma_m64n128k16_ss(s, smem_desc_sw128(q_rows + offset, 16, kAtomBytes),
+                        smem_desc_sw128(k_tile + offset, 16, kAtomBytes), k > 0);
+  }
+}
+
+__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pf)[32], uint32_t v_tile) {
+#pragma unroll
+  for (int k = 0; k < kTileN / kMmaK; ++k) {
+    const uint32_t a[4] = {pf[4 * k], pf[4 * k + 1], pf[4 * k + 2], pf[4 * k + 3]};
+    // 16 keys = 16 rows of 128 bytes; the next 64 columns of V are the next box.
+    wgmma_m64n128k16_rs_bt(o, a, smem_desc_sw128(v_tile + k * kMmaK * kAtomRowBytes, kBoxBytes, kAtomBytes));
+  }
+}
+
+__device__ __forceinline__ void mask_diagonal(float (&s)[64], int row0, int lane) {
+#pragma unroll
+  for (int r = 0; r < 64; ++r)
+    if (acc_col(r, lane) > row0 + 8 * acc_half(r)) s[r] = -CUDART_INF_F;
+}
+
+template <int D_QK, int D_V, int STAGES, bool OVERLAP, bool PINGPONG>
+__device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, int consumer) {
+  using L = SharedLayout<D_QK, D_V, STAGES>;
+  const uint32_t base = smem_u32(smem);
+  const int thread = threadIdx.x % kThreadsPerWarpgroup;
+  const int warp = thread / 32;
+  const int lane = threadIdx.x % 32;
+  const float scale_log2 = p.scale_log2;
+  const uint32_t q_rows = base + L::kQ + consumer * kRowsPerConsumer * kAtomRowBytes;
+  const PingPong<PINGPONG> turn{kPingBarrier + consumer, kPingBarrier + (consumer ^ 1)};
+  if (consumer == 1) turn.release();  // the first consumer goes first
+
+  RingPos<STAGES> ring;
+  uint32_t q_parity = 0;
+  float s[64], o[64];
+  uint32_t pf[32];
+
+  auto k_tile = [&](const RingPos<STAGES>& at) { return base + L::kK + at.slot * L::kKBytes; };
+  auto v_tile = [&](const RingPos<STAGES>& at) { return base + L::kV + at.slot * L::kVBytes; };
+  auto release = [&](uint32_t bar) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar);
+  };
+
+  for (int index = blockIdx.x; index < p.num_jobs; index += gridDim.x) {
+    const Job job = load_job(p.jobs, index);
+    for (int i = 0; i < job.num_tiles(); ++i) {
+      const int tile = job.tile(i);
+      // Row of this thread's first row inside the diagonal key tile.
+      const int diag_row = consumer * kRowsPerConsumer + 16 * warp + lane / 4;
+      RowState st{{-CUDART_INF_F, -CUDART_INF_F}, {0.0f, 0.0f}};
+      float factor[2];
+#pragma unroll
+      for (int r = 0; r < 64; ++r) o[r] = 0.0f;
+
+      mbar_wait(bars.q_full(), q_parity);
+      q_parity ^= 1;
+
+      // Key tile 0: QK^T alone (no P V before it).
+      mbar_wait(bars.k_full(ring.slot), ring.parity);
+      turn.acquire();
+      wgmma_fence();
+      issue_qk<D_QK>(s, q_rows, k_tile(ring));
+      wgmma_commit();
+      turn.release();
+      wgmma_wait<0>();
+      fence_regs(s);
+      release(bars.k_empty(ring.slot));
+      if (tile == 0) {
+        release(bars.q_empty());
+        mask_diagonal(s, diag_row, lane);
+      }
+      softmax_tile(s, st, scale_log2, kTau, factor);
+      pack_p(s, pf);
+
+      RingPos<STAGES> prev = ring;
+      ring.advance();
+      // One key tile after the first: S of this tile and P V of the previous one in flight together.
+      auto step = [&](auto diagonal) {
+        mbar_wait(bars.k_full(ring.slot), ring.parity);
+        mbar_wait(bars.v_full(prev.slot), prev.parity);
+        turn.acquire();
+        wgmma_fence();
+        if constexpr (OVERLAP) {
+          issue_qk<D_QK>(s, q_rows, k_tile(ring));
+          wgmma_commit();
+          issue_pv(o, pf, v_tile(prev));
+          wgmma_commit();
+          turn.release();
+          wgmma_wait<1>();  // S of this tile is ready; P V of the previous one may still run
+        } else {
+          issue_pv(o, pf, v_tile(prev));
+          wgmma_commit();
+          issue_qk<D_QK>(s, q_rows, k_tile(ring));
+          wgmma_commit();
+          turn.release();
+          wgmma_wait<0>();
+        }
+        fence_regs(s);
+        release(bars.k_empty(ring.slot));
+        if constexpr (decltype(diagonal)::value) {
+          release(bars.q_empty());
+          mask_diagonal(s, diag_row, lane);
+        }
+        softmax_tile(s, st, scale_log2, kTau, factor);
+        fence_regs(s);  // the exponentials are done before the wait below, i.e. under the running P V
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(bars.v_empty(prev.slot));
+        rescale_o(o, factor);
+        pack_p(s, pf);
+        prev = ring;
+        ring.advance();
+      };
+      for (int kt = 1; kt < tile; ++kt) step(std::false_type{});
+      if (tile > 0) step(std::true_type{});  // only the diagonal tile needs the causal mask
+
+      mbar_wait(bars.v_full(prev.slot), prev.parity);
+      turn.acquire();
+      wgmma_fence();
+      issue_pv(o, pf, v_tile(prev));
+      wgmma_commit();
+      turn.release();
+      wgmma_wait<0>();
+      fence_regs(o);
+      release(bars.v_empty(prev.slot));
+
+      // Epilogue: O / l to BF16, lse = ln2 (m + log2 l), with log2 l = -log2(1/l).
+      const int row = tile * kTileM + diag_row;
+      const int head_row = job.batch * p.heads + job.head;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float inv_l = 1.0f / quad_sum(st.l[h]);  // one division per row; O * (1/l) is within an FP32 ulp
+        const int q = row + 8 * h;
+        uint16_t* out = p.out + job.batch * p.out_stride_b + q * p.out_stride_s + job.head * p.out_stride_h;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const int r = 4 * i + 2 * h;
+          *reinterpret_cast<uint32_t*>(out + acc_col(r, lane)) = pack_bf16x2(o[r] * inv_l, o[r + 1] * inv_l);
+        }
+        if (lane % 4 == 0) p.lse[static_cast<long long>(head_row) * p.seqlen + q] = kLn2 * (st.m[h] - log2f(inv_l));
+      }
+    }
+  }
+}
+
+template <int D_QK, int D_V, int STAGES, bool OVERLAP, bool PINGPONG>
+__device__ void attention_fwd(const TensorMap* tq, const TensorMap* tk, const TensorMap* tv, const Params& p) {
+  using L = SharedLayout<D_QK, D_V, STAGES>;
+  extern __shared__ uint8_t smem_raw[];
+  // The 128-byte swizzle repeats every 1024 bytes; TMA and wgmma both assume boxes start on that boundary.
+  uint8_t* smem = smem_raw + ((kAtomBytes - smem_u32(smem_raw) % kAtomBytes) % kAtomBytes);
+  const Barriers bars{smem_u32(smem) + L::kBarriers};
+  const int warpgroup = threadIdx.x / kThreadsPerWarpgroup;
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_map(tq);
+    tma_prefetch_map(tk);
+    tma_prefetch_map(tv);
+    mbar_init(bars.q_full(), 1);
+    mbar_init(bars.q_empty(), kConsumerWarps);
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bars.k_full(s), 1);
+      mbar_init(bars.v_full(s), 1);
+      mbar_init(bars.k_empty(s), kConsumerWarps);
+      mbar_init(bars.v_empty(s), kConsumerWarps);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    regs_release<kProducerRegs>();
+    if (threadIdx.x == 0) produce<D_QK, D_V, STAGES>(tq, tk, tv, smem, bars, p);
+  } else {
+    regs_claim<kConsumerRegs>();
+    consume<D_QK, D_V, STAGES, OVERLAP, PINGPONG>(smem, bars, p, warpgroup - 1);
+  }
+}
+
+}  // namespace zyfa
+
+// The launch provides ZYFA_DYNAMIC_SHARED_BYTES: the layout plus slack to align it.
+static_assert(zyfa::SharedLayout<ZYFA_D_QK, ZYFA_D_V, ZYFA_STAGES>::kBytes + zyfa::kAtomBytes ==
+                  ZYFA_DYNAMIC_SHARED_BYTES,
+              "shared memory layout and manifest disagree");
+static_assert(ZYFA_D_V == zyfa::kTileN, "the PV product is one 64x128 accumulator: d_v must be 128");
+static_assert(ZYFA_D_QK % zyfa::kBoxCols == 0, "d_qk must be a multiple of 64");
+
+extern "C" __global__ void __launch_bounds__(zyfa::kThreads, 1)
+    ZYFA_KERNEL(const __grid_constant__ zyfa::TensorMap q, const __grid_constant__ zyfa::TensorMap k,
+                const __grid_constant__ zyfa::TensorMap v, uint16_t* out, float* lse, const int* jobs,
+                int num_jobs, int seqlen, int heads, int heads_k, float scale_log2, long long out_stride_b,
+                long long out_stride_s, long long out_stride_h) {
+  const zyfa::Params p{out, lse, jobs, num_jobs, seqlen, heads, heads_k, scale_log2,
+                       out_stride_b, out_stride_s, out_stride_h};
+  zyfa::attention_fwd<ZYFA_D_QK, ZYFA_D_V, ZYFA_STAGES, ZYFA_OVERLAP != 0, ZYFA_PINGPONG != 0>(&q, &k, &v, p);
+}

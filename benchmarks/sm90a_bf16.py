@@ -1,0 +1,224 @@
+"""Benchmark of the sm90a BF16 kernels against cuDNN's and FlashAttention-2's SDPA in the same run (DESIGN.md's
+protocol, with fewer repetitions when asked: see --calls, --warmup, --rounds).
+
+Causal, batch 1, S in --seqlens, max(32, 262144/S) query heads, MHA and GQA 4:1, Gaussian q/k/v with std 0.1,
+throughput = B H S^2 (d_qk + d_v) / time, kernel-only device time (CUDA graph replays of `calls` calls after
+`warmup` calls), kernels in rotated order over `rounds` rounds, the median round reported. Also measured: the
+relative RMS error against float64 of ours and cuDNN's (on --error-heads heads), and the kernel variants
+(--variants DIR, a manifest of builds that leave a stage out: benchmarks/sm90a_variants.py).
+
+    python benchmarks/sm90a_bf16.py --out DIR [--seqlens 2048 8192 ...] [--variants DIR]
+Writes DIR/bench_sm90a.json and prints the table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import zyfa
+import zyfa_kernels
+from zyfa.backends import sm90a
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
+from gpu_common import causal_flops, causal_fp64, device_time_ms, rel_rms  # noqa: E402
+
+PEAK_TFLOPS = 989.0  # H100/H200 dense BF16
+HEAD_DIMS = ((128, 128), (192, 128))
+STD = 0.1
+IDLE_BEFORE_LONG_S = 5.0  # protocol: idle before S >= 16K so clocks start from the same state
+LONG_SEQLEN = 16384
+SHORT_SEQLEN = 8192  # up to here every configuration gets --calls / --warmup calls
+MIN_CALLS = 8
+
+
+def heads_for(seqlen: int) -> int:
+    return max(32, 262144 // seqlen)
+
+
+def make_inputs(seqlen, heads, heads_k, d_qk, d_v, seed=0):
+    """(batch, heads, seqlen, dim) tensors: the SDPA layout; ZYFA takes them with layout="bhsd"."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = (torch.randn(1, heads, seqlen, d_qk, generator=g, device="cuda") * STD).to(torch.bfloat16)
+    k = (torch.randn(1, heads_k, seqlen, d_qk, generator=g, device="cuda") * STD).to(torch.bfloat16)
+    v = (torch.randn(1, heads_k, seqlen, d_v, generator=g, device="cuda") * STD).to(torch.bfloat16)
+    return q, k, v
+
+
+def sdpa(backend, q, k, v):
+    gqa = q.shape[1] != k.shape[1]
+    with sdpa_kernel(backend):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+
+
+def contenders(q, k, v, variants):
+    """zyfa (the public call), the shipped kernel of the other schedule, the variants, cuDNN and FA2 SDPA."""
+    d_qk, d_v, seqlen = q.shape[-1], v.shape[-1], q.shape[2]
+    scale = d_qk ** -0.5
+    runs = {"zyfa": lambda: zyfa.flash_attn_func(q, k, v, causal=True, layout="bhsd")}
+    shipped = zyfa_kernels.manifest().kernels
+    others = [kern for kern in shipped if kern.target == "sm90a" and kern.d_qk == d_qk and kern.d_v == d_v
+              and kern.schedule != sm90a.schedule(seqlen)]
+    for name, kernel in [(kern.schedule, kern) for kern in others] + list(variants.items()):
+        if kernel.d_qk == d_qk and kernel.d_v == d_v:
+            runs[name] = lambda kernel=kernel: sm90a.run(kernel, q, k, v, scale, "bhsd")
+    runs["cudnn"] = lambda: sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v)
+    if d_qk == d_v == 128:
+        runs["fa2"] = lambda: sdpa(SDPBackend.FLASH_ATTENTION, q, k, v)
+    return runs
+
+
+def errors(q, k, v, heads: int):
+    """Relative RMS error against float64 of ours and cuDNN's on the first `heads` query heads."""
+    group = q.shape[1] // k.shape[1]
+    kv = -(-heads // group)
+    qs, ks, vs = q[:, :heads].contiguous(), k[:, :kv].contiguous(), v[:, :kv].contiguous()
+    ref, _ = causal_fp64(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2))
+    ref = ref.transpose(1, 2)
+    ours = zyfa.flash_attn_func(qs, ks, vs, causal=True, layout="bhsd")
+    cudnn = sdpa(SDPBackend.CUDNN_ATTENTION, qs, ks, vs)
+    return {"zyfa": rel_rms(ours, ref), "cudnn": rel_rms(cudnn, ref)}
+
+
+def calls_for(seqlen: int, calls: int) -> int:
+    """Fewer calls for long sequences (time grows as S^2): every timed graph still spans tens of milliseconds."""
+    return max(MIN_CALLS, round(calls * min(1.0, (SHORT_SEQLEN / seqlen) ** 2)))
+
+
+def bench_config(seqlen, heads, heads_k, d_qk, d_v, args, variants):
+    q, k, v = make_inputs(seqlen, heads, heads_k, d_qk, d_v)
+    runs = contenders(q, k, v, variants)
+    flops = causal_flops(1, heads, seqlen, d_qk, d_v)
+    calls, warmup = calls_for(seqlen, args.calls), calls_for(seqlen, args.warmup)
+    names = list(runs)
+    times = {name: [] for name in names}
+    for rnd in range(args.rounds):
+        order = names[rnd % len(names):] + names[:rnd % len(names)]
+        for name in order:
+            try:
+                times[name].append(device_time_ms(runs[name], calls, warmup))
+            except RuntimeError as error:  # a peer that declines the configuration
+                print(f"  {name}: {str(error).splitlines()[0]}", file=sys.stderr)
+                times[name] = None
+                names.remove(name)
+                break
+    row = {"seqlen": seqlen, "heads": heads, "heads_k": heads_k, "d_qk": d_qk, "d_v": d_v, "calls": calls,
+           "warmup": warmup, "tflops": {}, "ms": {}}
+    for name, ts in times.items():
+        if ts:
+            ms = statistics.median(ts)
+            row["ms"][name] = ms
+            row["tflops"][name] = flops / ms / 1e9
+    if seqlen <= args.error_max_seqlen:
+        row["rel_rms_vs_fp64"] = errors(q, k, v, args.error_heads)
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="out")
+    ap.add_argument("--seqlens", type=int, nargs="+", default=[2048, 4096, 8192, 16384, 32768])
+    ap.add_argument("--head-dims", default="128,192", help="d_qk values to run (d_v = 128)")
+    ap.add_argument("--calls", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=500)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--idle", type=float, default=IDLE_BEFORE_LONG_S)
+    ap.add_argument("--error-heads", type=int, default=4)
+    ap.add_argument("--error-max-seqlen", type=int, default=8192)
+    ap.add_argument("--variants", help="folder with a manifest.json of kernel variants to time as well")
+    args = ap.parse_args()
+
+    variants = {}
+    if args.variants:
+        variants = {k.name: k for k in zyfa_kernels.Manifest.from_file(Path(args.variants) / "manifest.json").kernels}
+    wanted = {int(d) for d in args.head_dims.split(",")}
+    rows = []
+    for d_qk, d_v in HEAD_DIMS:
+        if d_qk not in wanted:
+            continue
+        for seqlen in args.seqlens:
+            heads = heads_for(seqlen)
+            for heads_k in (heads, heads // 4):
+                if seqlen >= LONG_SEQLEN:
+                    time.sleep(args.idle)
+                row = bench_config(seqlen, heads, heads_k, d_qk, d_v, args, variants)
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+
+    report = {
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(), "zyfa": zyfa.__version__,
+        "protocol": {"calls": args.calls, "warmup": args.warmup, "rounds": args.rounds, "idle_s": args.idle},
+        "rows": rows,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_sm90a.json").write_text(json.dumps(report, indent=1))
+    (out / "bench_sm90a.md").write_text(markdown(report))
+    print_table(rows)
+    return 0
+
+
+def markdown(report) -> str:
+    """The results table for benchmarks/results/: versions, machine, ratios, fraction of peak, errors."""
+    p = report["protocol"]
+    lines = [
+        f"# sm90a BF16 causal forward: {report['device']}",
+        "",
+        f"torch {report['torch']}, cuDNN {report['cudnn']}, zyfa {report['zyfa']}. Kernel-only device time (CUDA "
+        f"graph replays), median of {p['rounds']} rounds in rotated order; up to S = {SHORT_SEQLEN} {p['calls']} "
+        f"timed calls after {p['warmup']} warm-up calls, fewer beyond (S^2 scaling, at least {MIN_CALLS}); "
+        f"{p['idle_s']} s idle before S >= {LONG_SEQLEN}. TFLOP/s = B H S^2 (d_qk + d_v) / time; peak "
+        f"{PEAK_TFLOPS:.0f}. Errors: relative RMS vs float64 on the first query heads (S <= 8K).",
+        "",
+        "| d_qk/d_v | S | heads q/kv | zyfa | cuDNN | FA2 | zyfa / cuDNN | % of peak | other schedule | "
+        "err zyfa | err cuDNN |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    nan = float("nan")
+    for r in report["rows"]:
+        t, err = r["tflops"], r.get("rel_rms_vs_fp64", {})
+        other = next((f"{v:.0f}" for n, v in t.items() if n in ("pingpong", "independent")), "")
+        fa2 = f"{t['fa2']:.0f}" if "fa2" in t else "n/a"
+        lines.append(
+            f"| {r['d_qk']}/{r['d_v']} | {r['seqlen']} | {r['heads']}/{r['heads_k']} | {t.get('zyfa', nan):.0f} | "
+            f"{t.get('cudnn', nan):.0f} | {fa2} | {t.get('zyfa', nan) / t.get('cudnn', nan):.3f} | "
+            f"{100 * t.get('zyfa', nan) / PEAK_TFLOPS:.1f} | {other} | {err.get('zyfa', nan):.2e} | "
+            f"{err.get('cudnn', nan):.2e} |")
+    variants = sorted({n for r in report["rows"] for n in r["tflops"]} - {"zyfa", "cudnn", "fa2"})
+    if variants:
+        lines += ["", "Variants (TFLOP/s):", "", "| d_qk | S | heads q/kv | " + " | ".join(variants) + " |",
+                  "|---|---|---|" + "---|" * len(variants)]
+        for r in report["rows"]:
+            cells = " | ".join(f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "" for n in variants)
+            lines.append(f"| {r['d_qk']} | {r['seqlen']} | {r['heads']}/{r['heads_k']} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def print_table(rows):
+    others = sorted({n for r in rows for n in r["tflops"]} - {"zyfa", "cudnn", "fa2"})
+    head = f"{'d':>7} {'S':>6} {'H/Hk':>7} {'zyfa':>6} {'cudnn':>6} {'fa2':>6} {'x cuDNN':>7} {'%peak':>6}"
+    head += "".join(f" {n[-14:]:>14}" for n in others) + f" {'err zyfa':>9} {'err cuDNN':>9}"
+    print(head)
+    for r in rows:
+        t = r["tflops"]
+        ratio = t.get("zyfa", 0) / t["cudnn"] if t.get("cudnn") else float("nan")
+        err = r.get("rel_rms_vs_fp64", {})
+        line = (f"{r['d_qk']:>3}/{r['d_v']:<3} {r['seqlen']:>6} {r['heads']:>3}/{r['heads_k']:<3} "
+                f"{t.get('zyfa', 0):>6.0f} {t.get('cudnn', 0):>6.0f} {t.get('fa2', 0):>6.0f} {ratio:>7.3f} "
+                f"{100 * t.get('zyfa', 0) / PEAK_TFLOPS:>6.1f}")
+        line += "".join(f" {t.get(n, 0):>14.0f}" for n in others)
+        line += f" {err.get('zyfa', float('nan')):>9.2e} {err.get('cudnn', float('nan')):>9.2e}"
+        print(line)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

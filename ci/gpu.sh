@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# GPU validation run of the sm90a kernels on an H100/H200, through the installed packages.
+#
+#   ci/gpu.sh [STAGE ...]     stages: install sass check sanitize bench (default: all, in that order)
+#   env OUT (default ./out): where the JSON results and logs go; BENCH_ARGS: extra benchmark arguments;
+#   WHEELS: a folder of wheels to install first, for build tools the machine lacks (e.g. hatchling, offline)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-./out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(install sass check sanitize bench)
+
+for stage in "${stages[@]}"; do
+  echo "=== $stage"
+  case "$stage" in
+    install)
+      if [ -n "${WHEELS:-}" ]; then "$PY" -m pip install -q --no-index --no-deps "$WHEELS"/*.whl; fi
+      "$PY" -m pip install -q --no-build-isolation --no-deps packages/zyfa-kernels packages/zyfa-torch \
+        packages/zyfa-tools
+      ;;
+    sass)  # the shipped cubins use wgmma (HGMMA) and no local memory
+      for cubin in packages/zyfa-kernels/src/zyfa_kernels/objects/sm90a/*.cubin; do
+        cuobjdump --dump-sass "$cubin" > "$OUT/$(basename "$cubin" .cubin).sass"
+        hgmma=$(grep -c HGMMA "$OUT/$(basename "$cubin" .cubin).sass" || true)
+        local_ops=$(grep -cE '\b(LDL|STL)\b' "$OUT/$(basename "$cubin" .cubin).sass" || true)
+        echo "$(basename "$cubin"): $hgmma HGMMA, $local_ops local-memory instructions"
+        [ "$hgmma" -gt 0 ] && [ "$local_ops" -eq 0 ]
+      done
+      ;;
+    check)
+      "$PY" ci/gpu_check.py --out "$OUT"
+      ;;
+    sanitize)  # memcheck and racecheck of our kernels on small configurations (API errors: probing is expected)
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool "$tool" --kernel-name kns=zyfa_sm90a --report-api-errors no --error-exitcode 1 \
+          "$PY" ci/gpu_check.py --small --out "$OUT/$tool"
+      done
+      ;;
+    bench)
+      variants=$(mktemp -d)
+      "$PY" benchmarks/sm90a_variants.py "$variants"
+      # shellcheck disable=SC2086
+      "$PY" benchmarks/sm90a_bf16.py --out "$OUT" --variants "$variants" ${BENCH_ARGS:-}
+      ;;
+    *)
+      echo "unknown stage $stage (install sass check sanitize bench)" >&2
+      exit 2
+      ;;
+  esac
+done

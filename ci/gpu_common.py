@@ -1,0 +1,68 @@
+"""Helpers shared by the GPU validation (ci/gpu_check.py) and the sm90a benchmark (benchmarks/sm90a_bf16.py)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+FP64_CHUNK_ROWS = 2048  # query rows per float64 score block: bounds the reference's memory at long sequences
+
+
+def causal_fp64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None):
+    """Exact causal attention in float64 on (batch, seqlen, heads, dim) inputs; returns (out, lse) in float64."""
+    b, s, h, d = q.shape
+    group = h // k.shape[2]
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else softmax_scale
+    qd = q.double().transpose(1, 2)
+    kd = k.double().transpose(1, 2).repeat_interleave(group, dim=1)
+    vd = v.double().transpose(1, 2).repeat_interleave(group, dim=1)
+    out = torch.empty(b, h, s, v.shape[-1], dtype=torch.float64, device=q.device)
+    lse = torch.empty(b, h, s, dtype=torch.float64, device=q.device)
+    for first in range(0, s, FP64_CHUNK_ROWS):
+        last = min(s, first + FP64_CHUNK_ROWS)
+        scores = torch.einsum("bhid,bhjd->bhij", qd[:, :, first:last], kd[:, :, :last]) * scale
+        rows = torch.arange(first, last, device=q.device)[:, None]
+        scores.masked_fill_(torch.arange(last, device=q.device)[None, :] > rows, -math.inf)
+        lse[:, :, first:last] = torch.logsumexp(scores, dim=-1)
+        out[:, :, first:last] = torch.softmax(scores, dim=-1) @ vd[:, :, :last]
+    return out.transpose(1, 2), lse
+
+
+def rel_rms(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """||x - ref|| / ||ref|| in float64."""
+    ref = ref.double()
+    return float(torch.linalg.vector_norm(x.double() - ref) / torch.linalg.vector_norm(ref))
+
+
+def bf16_ulps(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """|x - ref| in units of the BF16 spacing at max(|x|, |ref|, rms(ref)): the RMS floor keeps outputs that are
+    near zero by cancellation from counting a tiny absolute difference as many units."""
+    floor = float(ref.float().pow(2).mean().sqrt().clamp_min(torch.finfo(torch.bfloat16).tiny))
+    magnitude = torch.maximum(x.float().abs(), ref.float().abs()).clamp_min(floor)
+    spacing = torch.exp2(torch.floor(torch.log2(magnitude)) - 7)
+    return (x.float() - ref.float()).abs() / spacing
+
+
+def device_time_ms(fn, calls: int, warmup: int) -> float:
+    """Mean device time of one call of `fn`, from a CUDA graph of `calls` calls (launch gaps out of the figure)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()  # first replay uploads the graph
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    graph.replay()
+    stop.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(stop) / calls
+
+
+def causal_flops(batch: int, heads: int, seqlen: int, d_qk: int, d_v: int) -> float:
+    """The protocol's FLOP count of one causal forward: B H S^2 (d_qk + d_v) (half of 2 B H S^2 (d_qk + d_v))."""
+    return batch * heads * seqlen * seqlen * (d_qk + d_v)

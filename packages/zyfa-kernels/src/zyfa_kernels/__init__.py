@@ -1,0 +1,28 @@
+"""ZYFA's prebuilt attention code objects, their manifest, and a driver-level loader.
+
+    kernel = zyfa_kernels.manifest().find("sm90a", dtype="bf16", d_qk=128)
+    zyfa_kernels.launch(kernel, device=0, grid=(132, 1, 1), stream=stream, args={...})
+
+Importing this package needs no GPU and no driver: the CUDA / HIP driver library is opened on first use.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .args import ArgLayout
+from .errors import DriverError, DriverUnavailable, KernelNotFound, ManifestError
+from .loader import device_info, encode_tensor_map, launch
+from .manifest import Kernel, Manifest, manifest
+
+
+def pack_args(kernel: Kernel, values: dict) -> bytes:
+    """The argument buffer `launch` passes for `kernel`: ints for ptr/i32/u32/i64, floats for f32, the 128 bytes
+    of encode_tensor_map for tmap. Missing or unexpected names raise ValueError naming them."""
+    return kernel.layout.pack(values, kernel.name)
+
+
+__all__ = [
+    "ArgLayout", "DriverError", "DriverUnavailable", "Kernel", "KernelNotFound", "Manifest", "ManifestError",
+    "__version__", "device_info", "encode_tensor_map", "launch", "manifest", "pack_args",
+]

@@ -1,0 +1,136 @@
+"""Launching code objects through the GPU driver: one driver per target, modules cached per (kernel, device).
+
+sm90a goes through the CUDA driver (libcuda.so.1, or $ZYFA_CUDA_DRIVER), gfx950 through HIP (libamdhip64.so, or
+$ZYFA_HIP_DRIVER). The library is opened on first use; loaded modules stay loaded for the life of the process.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from . import _loader
+from .args import ARG_TYPES
+from .errors import ManifestError
+from .manifest import TARGETS, Kernel
+from .tensor_map import tensor_map_request
+
+_DRIVER_TYPES = {"sm90a": _loader.CudaDriver, "gfx950": _loader.HipDriver}
+MAX_GRID = 2**31 - 1
+
+_lock = threading.RLock()  # loading a module may open the driver under the same lock
+_drivers: dict[str, object] = {}
+_device_infos: dict[tuple[str, int], dict] = {}
+_functions: dict[tuple[int, int], tuple[Kernel, int]] = {}  # (id(kernel), device) -> (kernel, function handle)
+
+
+def driver(target: str):
+    """The extension's driver object for `target`; DriverUnavailable if its library cannot be opened."""
+    found = _drivers.get(target)
+    if found is None:
+        if target not in _DRIVER_TYPES:
+            raise ValueError(f"target {target!r} is not one of {TARGETS}")
+        with _lock:
+            found = _drivers.get(target)
+            if found is None:
+                found = _drivers[target] = _DRIVER_TYPES[target]()
+    return found
+
+
+def _device(device) -> int:
+    if type(device) is not int or device < 0:
+        raise ValueError(f"device must be a non-negative integer ordinal, got {device!r}")
+    return device
+
+
+def device_info(target: str, device: int) -> dict:
+    """name, multiprocessors, max_shared_bytes (per block, opt-in limit on CUDA), max_threads_per_block,
+    warp_size, l2_bytes, and on sm90a compute_capability (major, minor). Read once per device."""
+    key = (target, _device(device))
+    info = _device_infos.get(key)
+    if info is None:
+        info = driver(target).device_info(device)
+        if target == "sm90a":
+            info["compute_capability"] = (info.pop("compute_capability_major"), info.pop("compute_capability_minor"))
+        _device_infos[key] = info
+    return dict(info)
+
+
+def _check_fits(kernel: Kernel, device: int) -> None:
+    info = device_info(kernel.target, device)
+    if kernel.shared_bytes > info["max_shared_bytes"]:
+        raise ValueError(f"kernel {kernel.name} needs {kernel.shared_bytes} bytes of shared memory (shared_bytes) "
+                         f"but device {device} ({info['name']}) allows at most {info['max_shared_bytes']} per block")
+    if kernel.threads > info["max_threads_per_block"]:
+        raise ValueError(f"kernel {kernel.name} needs {kernel.threads} threads per block but device {device} "
+                         f"({info['name']}) allows at most {info['max_threads_per_block']}")
+
+
+def _check_param_layout(kernel: Kernel, declared: list[tuple[int, int]] | None) -> None:
+    """The argument buffer must place every parameter where the code object expects it: compare the layout
+    the CUDA driver reports (None from drivers without cuFuncGetParamInfo) with the manifest's."""
+    if declared is None:
+        return
+    ours = [(offset, ARG_TYPES[kind].size) for offset, kind in zip(kernel.layout.offsets, kernel.layout.types,
+                                                                   strict=True)]
+    if declared == ours:
+        return
+    problems = [f"{name}: the code object has ({offset}, {size}), the manifest ({our_offset}, {our_size})"
+                for name, (offset, size), (our_offset, our_size) in zip(kernel.layout.names, declared, ours,
+                                                                       strict=False)
+                if (offset, size) != (our_offset, our_size)]
+    if len(declared) != len(ours):
+        problems.append(f"the code object takes {len(declared)} parameters, the manifest lists {len(ours)}")
+    raise ManifestError(f"kernel {kernel.name}: the argument layout (offset, size) differs from the code object's: "
+                        + "; ".join(problems) + ". Record the code object's offsets as \"offset\" in the "
+                        "manifest's args.")
+
+
+def function(kernel: Kernel, device: int) -> int:
+    """The driver's function handle for `kernel` on `device`: loaded on first use (after checking that the
+    kernel's shared memory and block size fit the device), then cached."""
+    loaded = _functions.get((id(kernel), device))
+    if loaded is not None:
+        return loaded[1]
+    with _lock:
+        loaded = _functions.get((id(kernel), device))
+        if loaded is None:
+            _check_fits(kernel, device)
+            loader = driver(kernel.target)
+            if kernel.target == "sm90a":
+                handle = loader.load(device, kernel.image(), kernel.symbol, kernel.dynamic_shared_bytes)
+                _check_param_layout(kernel, loader.param_layout(device, handle))
+            else:
+                handle = loader.load(device, kernel.image(), kernel.symbol)
+            loaded = _functions[(id(kernel), device)] = (kernel, handle)  # the kernel is kept: its id stays unique
+    return loaded[1]
+
+
+def _check_grid(grid) -> None:
+    if type(grid) is not tuple or len(grid) != 3 or not all(type(g) is int and 1 <= g <= MAX_GRID for g in grid):
+        raise ValueError(f"grid must be a tuple of three integers in [1, {MAX_GRID}], got {grid!r}")
+
+
+def launch(kernel: Kernel, *, device: int, grid: tuple[int, int, int], stream: int, args: dict) -> None:
+    """Launch `kernel` on `device` and the raw driver stream `stream` (0: the legacy default stream)."""
+    _check_grid(grid)
+    _device(device)
+    if type(stream) is not int or stream < 0:
+        raise ValueError(f"stream must be the raw cudaStream_t / hipStream_t as a non-negative int, got {stream!r}")
+    buffer = kernel.layout.pack(args, kernel.name)
+    handle = function(kernel, device)
+    driver(kernel.target).launch(device, handle, grid, (kernel.threads, 1, 1), kernel.dynamic_shared_bytes, stream,
+                                 buffer)
+
+
+def encode_tensor_map(dtype, global_address: int, dims, strides_bytes, box_dims, *, swizzle: int = 128,
+                      element_strides=None, interleave: int = 0, l2_promotion: int = 128,
+                      oob_fill: str = "zero") -> bytes:
+    """A 128-byte CUtensorMap from cuTensorMapEncodeTiled, ready to pass as a "tmap" argument.
+
+    dtype: "bf16", "fp8e4m3", "f32", ... or a torch dtype; dims and box_dims innermost first; strides_bytes the
+    byte strides of dimensions 1.. (or of every dimension, the innermost being the element size); swizzle,
+    interleave and l2_promotion in bytes; oob_fill "zero" or "nan"."""
+    request = tensor_map_request(dtype, global_address, dims, strides_bytes, box_dims, swizzle=swizzle,
+                                 element_strides=element_strides, interleave=interleave,
+                                 l2_promotion=l2_promotion, oob_fill=oob_fill)
+    return driver("sm90a").encode_tensor_map(**request)

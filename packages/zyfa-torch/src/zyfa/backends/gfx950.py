@@ -1,0 +1,161 @@
+"""gfx950 backend: causal FP8 forward attention on MI355X through zyfa-kernels' assembly code objects.
+
+The call path never waits for the GPU: the chiplet-ordered job table of a shape is built on the host and copied to
+the device once (then cached), the descales stay on the device (the kernel reads them), and the kernel is launched
+on the current stream. BF16 inputs on gfx950 need the HIP C++ kernels, which are not built yet.
+
+`plan` is pure (shapes, strides and pointers in; kernel, grid and argument values out) so that it can be tested
+without a GPU; `forward` allocates the outputs and launches the plan.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .. import jobs as job_tables
+
+TARGET = "gfx950"
+CHIPLETS = 8  # XCDs of an MI355X: workgroup w runs on chiplet w % 8
+OFFSET_LIMIT = 2**32  # the kernels address each (batch, head) slice with 32-bit buffer offsets
+DTYPES = {torch.float8_e4m3fn: "fp8e4m3"}
+LAYOUTS = ("bshd", "bhsd")
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A (batch, seqlen, heads, dim) view of a tensor in device memory: base address and strides in elements."""
+
+    ptr: int
+    shape: tuple[int, int, int, int]
+    strides: tuple[int, int, int, int]
+    element_bytes: int = 1
+
+    @classmethod
+    def of(cls, t: torch.Tensor, layout: str) -> Operand:
+        if layout not in LAYOUTS:
+            raise ValueError(f"gfx950: layout must be one of {LAYOUTS}, got {layout!r}")
+        shape, strides = tuple(t.shape), tuple(t.stride())
+        if layout == "bhsd":  # (batch, heads, seqlen, dim) -> (batch, seqlen, heads, dim)
+            shape = (shape[0], shape[2], shape[1], shape[3])
+            strides = (strides[0], strides[2], strides[1], strides[3])
+        return cls(t.data_ptr(), shape, strides, t.element_size())
+
+
+@dataclass(frozen=True)
+class Plan:
+    kernel: object  # zyfa_kernels.Kernel
+    grid: tuple[int, int, int]
+    args: dict[str, int | float]  # every kernel argument, by name
+
+
+def _check_operand(name: str, x: Operand) -> None:
+    if x.strides[3] != 1:
+        raise ValueError(f"gfx950: {name} must have a contiguous last dimension (stride {x.strides[3]})")
+    _, s, _, d = x.shape
+    span = ((s - 1) * x.strides[1] + d) * x.element_bytes
+    if span > OFFSET_LIMIT:
+        raise ValueError(f"gfx950: {name} spans {span} bytes per (batch, head) slice; these kernels address at most "
+                         f"{OFFSET_LIMIT} (2^32) bytes per slice")
+
+
+def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int,
+         descale_ptrs: tuple[int, int, int], jobs_ptr: int, num_jobs: int, softmax_scale: float) -> Plan:
+    """Kernel arguments for one call. q, k, v, out are (batch, seqlen, heads, dim) views; seqlen is padded.
+
+    descale_ptrs are the float32 (batch, heads_k) arrays of q, k and v; jobs_ptr the int32 job table (num_jobs
+    rows [batch, head, tile_lo, tile_hi], chiplet-ordered for the kernel's persistent grid)."""
+    batch, seqlen, heads, d_qk = q.shape
+    heads_k, d_v = k.shape[2], v.shape[3]
+    if seqlen % kernel.tile_m:
+        raise ValueError(f"gfx950: seqlen {seqlen} must be a multiple of the query tile {kernel.tile_m}")
+    if heads % heads_k:
+        raise ValueError(f"gfx950: heads {heads} must be a multiple of heads_k {heads_k}")
+    if (d_qk, d_v) != (kernel.d_qk, kernel.d_v):
+        raise ValueError(f"gfx950: kernel {kernel.name} takes d_qk={kernel.d_qk}, d_v={kernel.d_v}; "
+                         f"got {d_qk}, {d_v}")
+    if k.shape[:3] != v.shape[:3] or k.shape[:2] != q.shape[:2]:
+        raise ValueError(f"gfx950: k {k.shape} and v {v.shape} must match q {q.shape} in batch and seqlen "
+                         f"and each other in heads")
+    for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
+        _check_operand(name, x)
+    args = {
+        "q": q.ptr, "k": k.ptr, "v": v.ptr, "out": out.ptr, "lse": lse_ptr,
+        "q_descale": descale_ptrs[0], "k_descale": descale_ptrs[1], "v_descale": descale_ptrs[2],
+        "jobs": jobs_ptr, "num_jobs": num_jobs, "seqlen": seqlen, "heads": heads, "heads_k": heads_k,
+        "softmax_scale": float(softmax_scale),
+    }
+    for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
+        args.update({f"{name}_stride_b": x.strides[0], f"{name}_stride_s": x.strides[1],
+                     f"{name}_stride_h": x.strides[2]})
+    return Plan(kernel, (kernel.grid_size, 1, 1), args)
+
+
+# ---- device-side state, cached -----------------------------------------------------------------------------------
+
+
+def _kernels():
+    import zyfa_kernels
+
+    return zyfa_kernels
+
+
+def find_kernel(dtype: torch.dtype, d_qk: int, d_v: int):
+    if dtype not in DTYPES:
+        raise ValueError(f"gfx950: dtype {dtype} is not supported yet: the MI355X kernels take float8_e4m3fn inputs "
+                         f"(BF16 on gfx950 is planned); use ZYFA_BACKEND=reference for BF16 on this GPU")
+    try:
+        return _kernels().manifest().find(target=TARGET, dtype=DTYPES[dtype], d_qk=d_qk, d_v=d_v)
+    except KeyError as error:
+        raise ValueError(f"gfx950: no kernel for head dims d_qk={d_qk}, d_v={d_v}: {error}") from None
+
+
+def host_job_table(batch: int, heads: int, num_tiles: int, grid: int):
+    """Paired causal jobs, remapped so each chiplet walks consecutive pairs of one head."""
+    return job_tables.chiplet_order(job_tables.paired_jobs(batch, heads, num_tiles), grid, CHIPLETS)
+
+
+@functools.cache
+def _job_upload(batch: int, heads: int, num_tiles: int, grid: int, device: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(device table, pinned host source): the copy does not wait, so the source stays alive with the table."""
+    host = torch.from_numpy(host_job_table(batch, heads, num_tiles, grid)).pin_memory()
+    return host.to(torch.device("cuda", device), non_blocking=True), host
+
+
+def job_table(batch: int, heads: int, num_tiles: int, grid: int, device: int) -> torch.Tensor:
+    """The job table of a shape on `device`, uploaded once per shape."""
+    return _job_upload(batch, heads, num_tiles, grid, device)[0]
+
+
+def launch(p: Plan, device: int, stream: int) -> None:
+    _kernels().launch(p.kernel, device=device, grid=p.grid, stream=stream, args=p.args)
+
+
+def _check_descale(name: str, t, batch: int, heads_k: int, device: torch.device) -> None:
+    if t is None:
+        raise ValueError(f"gfx950: {name} is required for FP8 inputs (a float32 tensor of shape (batch, heads_k))")
+    if t.dtype != torch.float32 or tuple(t.shape) != (batch, heads_k) or not t.is_contiguous() or t.device != device:
+        raise ValueError(f"gfx950: {name} must be a contiguous float32 tensor of shape ({batch}, {heads_k}) on "
+                         f"{device}; got {t.dtype} {tuple(t.shape)} on {t.device}")
+
+
+def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layout: str):
+    """Interface of every backend: padded inputs contiguous in `layout` -> (out BF16 in `layout`, lse float32)."""
+    kernel = find_kernel(q.dtype, q.shape[-1], v.shape[-1])
+    qo, ko, vo = (Operand.of(t, layout) for t in (q, k, v))
+    batch, seqlen, heads, _ = qo.shape
+    for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        _check_descale(name, t, batch, ko.shape[2], q.device)
+    out_shape = (batch, seqlen, heads, kernel.d_v) if layout == "bshd" else (batch, heads, seqlen, kernel.d_v)
+    out = torch.empty(out_shape, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty((batch, heads, seqlen), dtype=torch.float32, device=q.device)
+    device = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    jobs = job_table(batch, heads, math.ceil(seqlen / kernel.tile_m), kernel.grid_size, device)
+    p = plan(kernel, qo, ko, vo, Operand.of(out, layout), lse.data_ptr(),
+             (q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr()), jobs.data_ptr(), jobs.shape[0],
+             softmax_scale)
+    launch(p, device, torch.cuda.current_stream(device).cuda_stream)
+    return out, lse

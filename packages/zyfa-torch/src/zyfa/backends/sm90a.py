@@ -1,0 +1,184 @@
+"""sm90a backend: causal forward attention on Hopper (compute capability 9.0) through zyfa-kernels' cubins.
+
+The call path never waits for the GPU: the job table of a shape is built on the host and copied to the device once
+(asynchronously, then cached), tensor maps are encoded on the host, and the kernel is launched on the current
+stream. After the first call of a shape a call can therefore be captured in a CUDA graph.
+
+`plan` is pure (shapes, strides and pointers in; kernel, grid and argument values out) so that it can be tested
+without a GPU; `forward` allocates the outputs and launches the plan.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .. import jobs as job_tables
+from ..numerics import LOG2E
+
+TARGET = "sm90a"
+TMA_BOX_COLS = 64  # BF16 columns per TMA box: 128 bytes, the widest the 128-byte swizzle allows
+TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned global addresses and strides
+SWIZZLE = 128  # bytes: the 128-byte swizzle the kernels' shared-memory layout assumes
+DTYPES = {torch.bfloat16: "bf16"}
+# From this padded length on the consumer warpgroups issue independently instead of in ping-pong (measured, H200).
+INDEPENDENT_FROM_SEQLEN = 16384
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A (batch, seqlen, heads, dim) view of a tensor in device memory: base address and strides in elements."""
+
+    ptr: int
+    shape: tuple[int, int, int, int]
+    strides: tuple[int, int, int, int]
+    element_bytes: int = 2
+
+    @classmethod
+    def of(cls, t: torch.Tensor, layout: str) -> Operand:
+        shape, strides = tuple(t.shape), tuple(t.stride())
+        if layout == "bhsd":  # (batch, heads, seqlen, dim) -> (batch, seqlen, heads, dim)
+            shape = (shape[0], shape[2], shape[1], shape[3])
+            strides = (strides[0], strides[2], strides[1], strides[3])
+        return cls(t.data_ptr(), shape, strides, t.element_size())
+
+
+@dataclass(frozen=True)
+class TensorMapSpec:
+    """Arguments of zyfa_kernels.encode_tensor_map, innermost dimension first: (dim, seqlen, heads, batch)."""
+
+    dtype: str
+    address: int
+    dims: tuple[int, ...]
+    strides_bytes: tuple[int, ...]
+    box_dims: tuple[int, ...]
+    swizzle: int = SWIZZLE
+
+
+@dataclass(frozen=True)
+class Plan:
+    kernel: object  # zyfa_kernels.Kernel
+    grid: tuple[int, int, int]
+    tensor_maps: dict[str, TensorMapSpec]  # kernel argument name -> tensor map to encode
+    args: dict[str, int | float]  # the other kernel arguments
+
+
+def tensor_map_spec(name: str, x: Operand, dtype: str, rows: int) -> TensorMapSpec:
+    b, s, h, d = x.shape
+    if x.strides[3] != 1:
+        raise ValueError(f"sm90a: {name} must have a contiguous last dimension (stride {x.strides[3]})")
+    if d % TMA_BOX_COLS:
+        raise ValueError(f"sm90a: {name} head dim {d} must be a multiple of {TMA_BOX_COLS}")
+    strides_bytes = tuple(st * x.element_bytes for st in (x.strides[1], x.strides[2], x.strides[0]))
+    if x.ptr % TMA_ALIGN or any(st % TMA_ALIGN for st in strides_bytes):
+        raise ValueError(f"sm90a: {name} address and strides must be multiples of {TMA_ALIGN} bytes "
+                         f"(address {x.ptr:#x}, strides {strides_bytes})")
+    return TensorMapSpec(dtype, x.ptr, (d, s, h, b), strides_bytes, (TMA_BOX_COLS, rows, 1, 1))
+
+
+def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int, jobs_ptr: int, num_jobs: int,
+         multiprocessors: int, softmax_scale: float) -> Plan:
+    """Kernel arguments for one call. q, k, v, out are (batch, seqlen, heads, dim) views; seqlen is padded."""
+    batch, seqlen, heads, _ = q.shape
+    heads_k = k.shape[2]
+    if seqlen % kernel.tile_m or seqlen % kernel.tile_n:
+        raise ValueError(f"sm90a: seqlen {seqlen} must be a multiple of the tiles ({kernel.tile_m}, {kernel.tile_n})")
+    if heads % heads_k:
+        raise ValueError(f"sm90a: heads {heads} must be a multiple of heads_k {heads_k}")
+    maps = {
+        "q": tensor_map_spec("q", q, kernel.dtype, kernel.tile_m),
+        "k": tensor_map_spec("k", k, kernel.dtype, kernel.tile_n),
+        "v": tensor_map_spec("v", v, kernel.dtype, kernel.tile_n),
+    }
+    args = {
+        "out": out.ptr,
+        "lse": lse_ptr,
+        "jobs": jobs_ptr,
+        "num_jobs": num_jobs,
+        "seqlen": seqlen,
+        "heads": heads,
+        "heads_k": heads_k,
+        "scale_log2": softmax_scale * LOG2E,  # rounded to FP32 once, when packed, as the model does
+        "out_stride_b": out.strides[0],
+        "out_stride_s": out.strides[1],
+        "out_stride_h": out.strides[2],
+    }
+    return Plan(kernel, (min(num_jobs, multiprocessors), 1, 1), maps, args)
+
+
+# ---- device-side state, cached -----------------------------------------------------------------------------------
+
+
+def _kernels():
+    import zyfa_kernels
+
+    return zyfa_kernels
+
+
+def schedule(seqlen: int) -> str:
+    """The consumer schedule measured faster on the H200 for this (padded) sequence length."""
+    return "pingpong" if seqlen < INDEPENDENT_FROM_SEQLEN else "independent"
+
+
+def find_kernel(dtype: torch.dtype, d_qk: int, d_v: int, seqlen: int):
+    """The manifest's kernel for these inputs (dtype one of DTYPES) and the schedule for this length."""
+    try:
+        return _kernels().manifest().find(target=TARGET, dtype=DTYPES[dtype], d_qk=d_qk, d_v=d_v,
+                                          schedule=schedule(seqlen))
+    except KeyError as error:
+        raise ValueError(f"sm90a: no kernel for head dims d_qk={d_qk}, d_v={d_v}: {error}") from None
+
+
+@functools.cache
+def multiprocessors(device: int) -> int:
+    return int(_kernels().device_info(TARGET, device)["multiprocessors"])
+
+
+@functools.cache
+def _job_upload(batch: int, heads: int, num_tiles: int, device: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(device table, pinned host source): the copy does not wait, so the source stays alive with the table."""
+    host = torch.from_numpy(job_tables.paired_jobs(batch, heads, num_tiles)).pin_memory()
+    return host.to(torch.device("cuda", device), non_blocking=True), host
+
+
+def job_table(batch: int, heads: int, num_tiles: int, device: int) -> torch.Tensor:
+    """The job table of a shape on `device`, uploaded once per shape."""
+    return _job_upload(batch, heads, num_tiles, device)[0]
+
+
+@functools.lru_cache(maxsize=1024)
+def encode(spec: TensorMapSpec) -> bytes:
+    return _kernels().encode_tensor_map(spec.dtype, spec.address, spec.dims, spec.strides_bytes, spec.box_dims,
+                                        swizzle=spec.swizzle)
+
+
+def launch(p: Plan, device: int, stream: int) -> None:
+    args = {**p.args, **{name: encode(spec) for name, spec in p.tensor_maps.items()}}
+    _kernels().launch(p.kernel, device=device, grid=p.grid, stream=stream, args=args)
+
+
+def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layout: str):
+    """Interface of every backend: padded inputs contiguous in `layout` -> (out BF16 in `layout`, lse float32)."""
+    if q.dtype not in DTYPES or q_descale is not None:
+        raise ValueError(f"sm90a: {q.dtype} inputs are not supported yet: the Hopper kernels take BF16 "
+                         f"(FP8 on sm90a is planned); use ZYFA_BACKEND=reference for FP8 on this GPU")
+    seqlen = q.shape[1] if layout == "bshd" else q.shape[2]
+    return run(find_kernel(q.dtype, q.shape[-1], v.shape[-1], seqlen), q, k, v, softmax_scale, layout)
+
+
+def run(kernel, q, k, v, softmax_scale: float, layout: str):
+    """One launch of `kernel` (a manifest entry; the benchmark also passes variants) on the current stream."""
+    qo, ko, vo = (Operand.of(t, layout) for t in (q, k, v))
+    batch, seqlen, heads, _ = qo.shape
+    out_shape = (batch, seqlen, heads, kernel.d_v) if layout == "bshd" else (batch, heads, seqlen, kernel.d_v)
+    out = torch.empty(out_shape, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty((batch, heads, seqlen), dtype=torch.float32, device=q.device)
+    device = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    jobs = job_table(batch, heads, math.ceil(seqlen / kernel.tile_m), device)
+    p = plan(kernel, qo, ko, vo, Operand.of(out, layout), lse.data_ptr(), jobs.data_ptr(), jobs.shape[0],
+             multiprocessors(device), softmax_scale)
+    launch(p, device, torch.cuda.current_stream(device).cuda_stream)
+    return out, lse

@@ -1,0 +1,204 @@
+"""The flash-attn 2 compatible API: flash_attn_func and its packed and varlen variants.
+
+Each function checks its arguments, normalises them (descales to float32 (batch, nheads_k), sequences padded
+with zeros to a multiple of 256, contiguous copies of strided inputs), calls torch.ops.zyfa.fwd and cuts the
+padding off the results. Zero padding is exact for causal attention: padded keys come after every real query,
+so the mask removes them, and padded query rows are cut.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import checks
+from .op import fwd
+
+PACK_DIM = {"bshd": 2, "bhsd": 1}  # packed qkv / kv: the pack dimension stands just before the heads
+
+
+def _padded(t: torch.Tensor, seq_dim: int, seqlen: int) -> torch.Tensor:
+    """t with its sequence dimension zero-padded to a multiple of SEQLEN_ALIGN, contiguous."""
+    padded_len = -(-seqlen // checks.SEQLEN_ALIGN) * checks.SEQLEN_ALIGN
+    if padded_len == seqlen:
+        return t.contiguous()
+    pad = [0, 0] * (t.dim() - 1 - seq_dim) + [0, padded_len - seqlen]  # F.pad lists dimensions last first
+    return torch.nn.functional.pad(t, pad)
+
+
+def _attention(q, k, v, softmax_scale, q_descale, k_descale, v_descale, layout):
+    """Checked, padded call of the op; returns (out, lse) cut to the input's length (lse possibly a view)."""
+    problem = checks.attention_inputs(q, k, v, layout)
+    scale = checks.softmax_scale_value(softmax_scale, problem.d_qk)
+    descales = checks.descales(problem, q.device, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    seq_dim, seqlen = problem.seq_dim, problem.seqlen
+    q, k, v = (_padded(t, seq_dim, seqlen) for t in (q, k, v))
+    out, lse = fwd(q, k, v, *descales, scale, layout)
+    if out.shape[seq_dim] != seqlen:
+        out = out.narrow(seq_dim, 0, seqlen).contiguous()
+        lse = lse.narrow(2, 0, seqlen)  # a view: copied only if returned
+    return out, lse
+
+
+def _results(out, lse, return_lse: bool, return_attn_probs: bool):
+    if return_attn_probs:
+        return out, lse.contiguous(), None  # flash-attn's (out, softmax_lse, S_dmask); no probabilities formed
+    return (out, lse.contiguous()) if return_lse else out
+
+
+def flash_attn_func(
+    q,
+    k,
+    v,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    layout="bshd",
+    return_lse=False,
+):
+    """Causal attention of q (batch, seqlen, nheads, d_qk) over k, v (batch, seqlen, nheads_k, d_qk / d_v).
+
+    layout="bhsd" takes and returns (batch, heads, seqlen, dim) instead. BF16 inputs, or FP8 e4m3 inputs with
+    q_descale, k_descale, v_descale (a float, a one-element float32 tensor, or float32 (batch, nheads_k)).
+    Returns out (BF16, q's layout, d_v columns); with return_lse=True also the natural-log log-sum-exp of the
+    scaled scores, float32 (batch, nheads, seqlen); return_attn_probs=True returns (out, lse, None).
+    ZYFA is always deterministic; causal must be True and dropout, softcap, ALiBi and windows are not supported.
+    """
+    checks.flash_attn_options(
+        dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+        softcap=softcap, alibi_slopes=alibi_slopes,
+    )
+    out, lse = _attention(q, k, v, softmax_scale, q_descale, k_descale, v_descale, layout)
+    return _results(out, lse, return_lse, return_attn_probs)
+
+
+def _unpack(name: str, packed, count: int, layout) -> tuple[torch.Tensor, ...]:
+    if not isinstance(packed, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(packed).__name__}")
+    if layout not in PACK_DIM:
+        raise ValueError(f"layout={layout!r}: must be 'bshd' (batch, seqlen, heads, dim) or 'bhsd'")
+    dim = PACK_DIM[layout]
+    expected = "(batch, seqlen, {n}, heads, dim)" if layout == "bshd" else "(batch, {n}, heads, seqlen, dim)"
+    if packed.dim() != 5 or packed.shape[dim] != count:
+        raise ValueError(f"{name} has shape {tuple(packed.shape)}, expected {expected.format(n=count)}")
+    return packed.unbind(dim)
+
+
+def flash_attn_qkvpacked_func(
+    qkv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    layout="bshd",
+    return_lse=False,
+):
+    """flash_attn_func on qkv (batch, seqlen, 3, nheads, d) (layout="bhsd": (batch, 3, nheads, seqlen, d))."""
+    checks.flash_attn_options(
+        dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+        softcap=softcap, alibi_slopes=alibi_slopes,
+    )
+    q, k, v = _unpack("qkv", qkv, 3, layout)
+    out, lse = _attention(q, k, v, softmax_scale, q_descale, k_descale, v_descale, layout)
+    return _results(out, lse, return_lse, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(
+    q,
+    kv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    layout="bshd",
+    return_lse=False,
+):
+    """flash_attn_func on q and kv (batch, seqlen, 2, nheads_k, d) (layout="bhsd": (batch, 2, nheads_k, seqlen, d))."""
+    checks.flash_attn_options(
+        dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+        softcap=softcap, alibi_slopes=alibi_slopes,
+    )
+    k, v = _unpack("kv", kv, 2, layout)
+    out, lse = _attention(q, k, v, softmax_scale, q_descale, k_descale, v_descale, layout)
+    return _results(out, lse, return_lse, return_attn_probs)
+
+
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    block_table=None,
+    *,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    return_lse=False,
+):
+    """flash_attn_func on sequences packed along the first dimension: q (total, nheads, d_qk), k, v likewise.
+
+    Only batches of equal lengths are supported (cu_seqlens = 0, L, 2L, ... with L = max_seqlen). cu_seqlens are
+    1-D int32 tensors on q's device; on the CPU their values are checked, on a GPU only total == batch * L is
+    (reading device memory would wait for the GPU). Returns out (total, nheads, d_v) and, if asked, lse as
+    flash-attn's varlen lse: float32 (nheads, total).
+    """
+    checks.flash_attn_options(
+        dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+        softcap=softcap, alibi_slopes=alibi_slopes,
+    )
+    if block_table is not None:
+        raise ValueError("block_table: ZYFA has no paged KV cache, block_table must be None")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 3:
+            raise ValueError(f"{name} has {t.dim()} dimensions, expected 3 (total, heads, dim) for varlen")
+    if max_seqlen_q != max_seqlen_k:
+        raise ValueError(f"max_seqlen_q={max_seqlen_q}, max_seqlen_k={max_seqlen_k}: ZYFA needs seqlen_q == seqlen_k")
+    batch = checks.varlen_batch("cu_seqlens_q", cu_seqlens_q, max_seqlen_q, q.shape[0], q.device)
+    batch_k = checks.varlen_batch("cu_seqlens_k", cu_seqlens_k, max_seqlen_k, k.shape[0], q.device)
+    if batch_k != batch:
+        raise ValueError(f"cu_seqlens_q holds {batch} sequences but cu_seqlens_k {batch_k}: they must be equal")
+    if v.shape[0] != k.shape[0]:
+        raise ValueError(f"k holds {k.shape[0]} tokens but v {v.shape[0]}: they must be equal")
+    q4, k4, v4 = (t.reshape(batch, max_seqlen_q, t.shape[1], t.shape[2]) for t in (q, k, v))
+    out, lse = _attention(q4, k4, v4, softmax_scale, q_descale, k_descale, v_descale, "bshd")
+    out = out.reshape(q.shape[0], out.shape[2], out.shape[3])
+    if return_lse or return_attn_probs:
+        lse = lse.transpose(0, 1).reshape(lse.shape[1], q.shape[0])
+    return _results(out, lse, return_lse, return_attn_probs)
