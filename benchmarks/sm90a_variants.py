@@ -1,15 +1,18 @@
-"""Build sm90a kernel variants that leave one stage of the schedule out, with a manifest the benchmark can load.
+"""Build sm90a kernel variants that leave one stage of the schedule out or change one choice, with a manifest the
+benchmark (benchmarks/sm90a_bf16.py) and the GPU check (ci/gpu_check.py --variants) can load.
 
-    python benchmarks/sm90a_variants.py DIR
+    python benchmarks/sm90a_variants.py DIR [--only NAME ...] [--d-qk 128] [--schedules pingpong independent]
 
-Variants of each ping-pong kernel: no intra-warpgroup overlap (QK^T of the next tile waits for P V of the current
-one), neither overlap nor ping-pong, x - m with the model's two roundings instead of one
-FMA, and
-a ring one stage deeper where shared memory allows. They are for measurement only and never shipped.
+Variants of each kernel: no intra-warpgroup overlap (QK^T of the next tile waits for P V of the current one),
+neither overlap nor ping-pong, x - m with the model's two roundings instead of one FMA, a ring one stage deeper
+where shared memory allows, and 2, 4 or 6 of the 16 groups of four scores per thread and tile with their
+exponentials on the FMA pipe (polyN). By default only the ping-pong kernels get variants. They are for measurement
+only and never shipped.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import sys
@@ -19,26 +22,42 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asmgen import sm90a  # noqa: E402
 from asmgen.build import VERSION  # noqa: E402
 
-# Variants of the ping-pong kernels (the other shipped schedule, "independent", is ping-pong left out).
+POLY_EXP2_GROUPS = (2, 4, 6)  # of 16: 1/8, 1/4 and 3/8 of the exponentials off the MUFU pipe
 VARIANTS = {
     "no_overlap": {"overlap": False},
     "serial": {"overlap": False, "pingpong": False},
     "model_scale": {"fma_scale": False},
+    **{f"poly{n}": {"poly_exp2_groups": n} for n in POLY_EXP2_GROUPS},
 }
+DEEPER = f"stages{sm90a.STAGES + 1}"
 
 
-def main(folder: str) -> int:
-    root = Path(folder)
+def variants_of(kernel: dict, names) -> list[tuple[str, dict, dict]]:
+    """(suffix, manifest entry to build from, build keywords) for the wanted variants of one shipped kernel."""
+    out = [(suffix, kernel, flags) for suffix, flags in VARIANTS.items() if suffix in names]
+    deeper = {**kernel, "stages": sm90a.STAGES + 1}
+    deeper["shared_bytes"] = sm90a.dynamic_shared_bytes(kernel["d_qk"], kernel["d_v"], deeper["stages"]) \
+        + sm90a.RESERVED_SHARED
+    if DEEPER in names and deeper["shared_bytes"] <= sm90a.MAX_SHARED:
+        out.append((DEEPER, deeper, {}))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folder")
+    ap.add_argument("--only", nargs="+", choices=[*VARIANTS, DEEPER], help="variants to build (default: all)")
+    ap.add_argument("--d-qk", type=int, nargs="+", help="head dims to build variants of (default: all)")
+    ap.add_argument("--schedules", nargs="+", choices=sm90a.SCHEDULES, default=["pingpong"])
+    args = ap.parse_args()
+    names = set(args.only or [*VARIANTS, DEEPER])
+    root = Path(args.folder)
     root.mkdir(parents=True, exist_ok=True)
     entries = []
-    for kernel in (k for k in sm90a.KERNELS if k["schedule"] == "pingpong"):
-        variants = [(suffix, kernel, flags) for suffix, flags in VARIANTS.items()]
-        deeper = {**kernel, "stages": sm90a.STAGES + 1}
-        deeper["shared_bytes"] = sm90a.dynamic_shared_bytes(kernel["d_qk"], kernel["d_v"], deeper["stages"]) \
-            + sm90a.RESERVED_SHARED
-        if deeper["shared_bytes"] <= sm90a.MAX_SHARED:
-            variants.append((f"stages{deeper['stages']}", deeper, {}))
-        for suffix, base, flags in variants:
+    for kernel in sm90a.KERNELS:
+        if kernel["schedule"] not in args.schedules or (args.d_qk and kernel["d_qk"] not in args.d_qk):
+            continue
+        for suffix, base, flags in variants_of(kernel, names):
             entry = {**base, "name": f"{kernel['name']}_{suffix}", "file": f"{kernel['name']}_{suffix}.cubin"}
             path = root / entry["file"]
             sm90a.build(entry, path, **flags)
@@ -50,4 +69,4 @@ def main(folder: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main())

@@ -3,12 +3,15 @@ zyfa_kernels): agreement with the numerics model (tight) and with float64, every
 determinism, CUDA graph capture and replay, torch.compile, and a tensor over 4 GiB.
 
     python ci/gpu_check.py [--out DIR] [--small]     (--small: one tiny configuration, for compute-sanitizer)
-Writes DIR/gpu_check.json and exits non-zero when a check fails.
+    python ci/gpu_check.py --variants DIR            (the accuracy checks and determinism of each kernel variant
+                                                      of DIR/manifest.json, from benchmarks/sm90a_variants.py)
+Writes DIR/gpu_check.json (gpu_check_variants.json) and exits non-zero when a check fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -38,6 +41,7 @@ SHAPES = (
     (1, 4096, 4, 1, "bhsd"),
 )
 SMALL_SHAPES = ((1, 384, 2, 1, "bshd"),)
+WIDE_SHAPE = (1, 2048, 4, 2, "bshd")  # with inputs 20x wider, so the lazy rescaling fires on many tiles
 STD = 0.1  # the benchmark protocol's Gaussian inputs
 # Kernel vs model: only exp2's last bits, FP32 summation order and O * (1/l) differ, so outputs agree to a BF16
 # unit (at the output's RMS scale) and the kernel's distance from the model is a small fraction of its error.
@@ -71,29 +75,41 @@ def attn(q, k, v, layout):
     return zyfa.flash_attn_func(q, k, v, causal=True, layout=layout, return_lse=True)
 
 
-def every_schedule(q, k, v, layout):
-    """Outputs of every shipped sm90a kernel for these head dims (inputs zero-padded as the API pads them)."""
+def run_kernel(kernel, q, k, v, layout):
+    """One sm90a kernel's (out, lse), inputs zero-padded as the API pads them."""
     seq_dim = 1 if layout == "bshd" else 2
     seqlen = q.shape[seq_dim]
     pad = -seqlen % 256
     padded = [torch.nn.functional.pad(t, [0, 0] * (3 - seq_dim) + [0, pad]) for t in (q, k, v)]
-    outs = {}
-    for kernel in zyfa_kernels.manifest().kernels:
-        if kernel.target == "sm90a" and kernel.d_qk == q.shape[-1] and kernel.d_v == v.shape[-1]:
-            out, lse = sm90a.run(kernel, *padded, q.shape[-1] ** -0.5, layout)
-            outs[kernel.schedule] = (out.narrow(seq_dim, 0, seqlen), lse.narrow(2, 0, seqlen))
-    return outs
+    out, lse = sm90a.run(kernel, *padded, q.shape[-1] ** -0.5, layout)
+    return out.narrow(seq_dim, 0, seqlen), lse.narrow(2, 0, seqlen)
 
 
-def check_shape(shape, d_qk, d_v, *, scale_inputs=1.0):
+def every_schedule(q, k, v, layout):
+    """Outputs of every shipped sm90a kernel for these head dims."""
+    return {kernel.schedule: run_kernel(kernel, q, k, v, layout) for kernel in zyfa_kernels.manifest().kernels
+            if kernel.target == "sm90a" and kernel.d_qk == q.shape[-1] and kernel.d_v == v.shape[-1]}
+
+
+@functools.cache
+def references(shape, d_qk, d_v, scale_inputs):
+    """The numerics model's (out, lse) and float64's for one configuration (cached: every variant compares to them)."""
+    batch, seqlen, heads, heads_k, layout = shape
+    q, k, v = inputs(batch, seqlen, heads, heads_k, d_qk, d_v, layout, std=STD * scale_inputs, seed=seqlen + heads)
+    qb, kb, vb = (as_bshd(t, layout) for t in (q, k, v))
+    model = numerics.attention(qb, kb, vb, p_mode="bf16", rescale_threshold=TAU[d_qk], key_tile=KEY_TILE,
+                               return_lse=True)
+    return (*model, *causal_fp64(qb, kb, vb))
+
+
+def check_shape(shape, d_qk, d_v, *, scale_inputs=1.0, kernel=None):
+    """Accuracy and determinism of the public call on one configuration, or of `kernel` (a variant) alone."""
     batch, seqlen, heads, heads_k, layout = shape
     q, k, v = inputs(batch, seqlen, heads, heads_k, d_qk, d_v, layout, std=STD * scale_inputs, seed=seqlen + heads)
     poison_allocator(4 * q.numel() + 8 * batch * heads * seqlen)
-    out, lse = attn(q, k, v, layout)
-    qb, kb, vb = (as_bshd(t, layout) for t in (q, k, v))
-    model_out, model_lse = numerics.attention(qb, kb, vb, p_mode="bf16", rescale_threshold=TAU[d_qk],
-                                              key_tile=KEY_TILE, return_lse=True)
-    ref_out, ref_lse = causal_fp64(qb, kb, vb)
+    call = attn if kernel is None else lambda q, k, v, layout: run_kernel(kernel, q, k, v, layout)
+    out, lse = call(q, k, v, layout)
+    model_out, model_lse, ref_out, ref_lse = references(shape, d_qk, d_v, scale_inputs)
     out_b = as_bshd(out, layout)
     ulps = bf16_ulps(out_b, model_out)
     result = {
@@ -107,12 +123,14 @@ def check_shape(shape, d_qk, d_v, *, scale_inputs=1.0):
         "model_rel_rms_vs_fp64": rel_rms(model_out, ref_out),
         "max_lse_diff_vs_fp64": float((lse.double() - ref_lse).abs().max()),
     }
-    repeats = [attn(q, k, v, layout) for _ in range(3)]
+    repeats = [call(q, k, v, layout) for _ in range(3)]
     result["deterministic"] = all(torch.equal(o, out) and torch.equal(l_, lse) for o, l_ in repeats)
     # The schedules differ only in the order the warpgroups issue their GEMMs: the results are bitwise equal.
-    schedules = every_schedule(q, k, v, layout)
+    schedules = every_schedule(q, k, v, layout) if kernel is None else {}
     result["schedules"] = sorted(schedules)
     result["schedules_agree"] = all(torch.equal(o, out) and torch.equal(l_, lse) for o, l_ in schedules.values())
+    if kernel is not None:
+        result["kernel"] = kernel.name
     result["ok"] = (result["finite"] and result["deterministic"] and result["schedules_agree"]
                     and result["max_ulps_vs_model"] <= MAX_MODEL_ULPS
                     and result["rel_rms_vs_model"] <= MAX_MODEL_DISTANCE * result["model_rel_rms_vs_fp64"]
@@ -158,22 +176,30 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="out")
     ap.add_argument("--small", action="store_true", help="one small configuration (for compute-sanitizer)")
+    ap.add_argument("--variants", help="check the kernels of DIR/manifest.json instead of the public path")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "zyfa": zyfa.__version__}
     started = time.time()
     shapes = SMALL_SHAPES if args.small else SHAPES
-    report["accuracy"] = [check_shape(s, dq, dv) for dq, dv in HEAD_DIMS for s in shapes]
-    if not args.small:
+    if args.variants:
+        variants = zyfa_kernels.Manifest.from_file(Path(args.variants) / "manifest.json").kernels
+        cases = [(s, 1.0) for s in shapes] + [(WIDE_SHAPE, 20.0)]
+        report["accuracy"] = [check_shape(s, kern.d_qk, kern.d_v, kernel=kern, scale_inputs=wide)
+                              for kern in variants for s, wide in cases]
+    else:
+        report["accuracy"] = [check_shape(s, dq, dv) for dq, dv in HEAD_DIMS for s in shapes]
+    if not args.small and not args.variants:
         # Wider scores make the lazy rescaling fire on many tiles.
-        report["accuracy"] += [check_shape((1, 2048, 4, 2, "bshd"), dq, dv, scale_inputs=20.0) for dq, dv in HEAD_DIMS]
+        report["accuracy"] += [check_shape(WIDE_SHAPE, dq, dv, scale_inputs=20.0) for dq, dv in HEAD_DIMS]
         report["graph"] = [check_graph(dq, dv) for dq, dv in HEAD_DIMS]
         report["compile"] = [check_compile(dq, dv) for dq, dv in HEAD_DIMS]
         report["large"] = [check_large()]
     report["seconds"] = time.time() - started
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / ("gpu_check_small.json" if args.small else "gpu_check.json")).write_text(json.dumps(report, indent=1))
+    name = "gpu_check_variants" if args.variants else "gpu_check_small" if args.small else "gpu_check"
+    (out / f"{name}.json").write_text(json.dumps(report, indent=1))
 
     failures = 0
     print(f"{'d':>7} {'shape':<28} {'ulps':>5} {'diff%':>6} {'lse':>8} {'vs fp64':>8} {'model':>8} det sch ok")
@@ -182,7 +208,7 @@ def main() -> int:
         print(f"{r['d_qk']:>3}/{r['d_v']:<3} {str(r['shape']):<28} {r['max_ulps_vs_model']:>5.1f} "
               f"{100 * r['frac_differing_vs_model']:>6.3f} {r['max_lse_diff_vs_model']:>8.1e} "
               f"{r['rel_rms_vs_fp64']:>8.2e} {r['model_rel_rms_vs_fp64']:>8.2e} {r['deterministic']:d}   "
-              f"{r['schedules_agree']:d}   {r['ok']:d}")
+              f"{r['schedules_agree']:d}   {r['ok']:d} {r.get('kernel', '')} rms-vs-model {r['rel_rms_vs_model']:.1e}")
     for key in ("graph", "compile", "large"):
         for r in report.get(key, []):
             failures += not r["ok"]

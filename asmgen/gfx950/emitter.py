@@ -1,7 +1,7 @@
 """Assembly text builder: named sections, comments, labels, and automatic hazard padding.
 
 The emitter counts wait states the way LLVM's hazard recognizer does (one per issued instruction, N+1 per
-`s_nop N`) and inserts the s_nop padding that the rules in `hazards.RULES` require before an instruction reads a
+`s_nop N`) and inserts the s_nop padding that the rules of `hazards` require before an instruction reads a
 VGPR whose producer is still within its hazard window. `hazards.check` re-verifies the finished text independently.
 """
 

@@ -29,7 +29,7 @@ WAVES = 8
 WAVE_SIZE = 64
 ROWS_PER_WAVE = TILE_M // WAVES  # 32: the N dimension of one 32x32 MFMA
 TILE_N = 64  # keys per key tile = one power-of-two scaling block
-SCALE_BLOCK = 64
+SCALE_BLOCK = TILE_N  # the key tile is one scaling block, so its maximum is the block maximum
 RING_SLOTS = 4
 PREFETCH = RING_SLOTS - 1  # key tiles in flight ahead of the one being computed
 GROUP_B_FIRST_WAVE = 4  # waves 4-7 run half a tile behind waves 0-3
@@ -166,6 +166,21 @@ def key_of_slot(half: int, byte: int) -> int:
     return 32 * j + 8 * (r // 4) + 4 * half + r % 4
 
 
+def v_share_keys(wave: int) -> set[int]:
+    """Keys of a V tile that `wave` reads for its eighth of V^T (operand register g = wave, both half-waves)."""
+    return {key_of_slot(half, KEY_GROUP * wave + kk) for half in range(2) for kk in range(KEY_GROUP)}
+
+
+def v_loaded_keys(wave: int, d_v: int) -> set[int]:
+    """Keys of a V tile that `wave`'s direct-to-LDS loads bring in.
+
+    The V^T share of tile n+1 is built right after barrier B2_n. With the two groups half an iteration apart, the
+    loads known to have landed then are those of the waves of the same group, so each wave transposes exactly the
+    rows it loaded itself (checked when generating)."""
+    share = TILE_N * d_v // WAVES
+    return {(wave * share + o) // d_v for o in range(share)}
+
+
 class KernelGen:
     def __init__(self, variant: Variant, faults: frozenset[str]) -> None:
         unknown = set(faults) - FAULTS
@@ -181,6 +196,9 @@ class KernelGen:
         self.loads_k = ring_loads(variant.d_qk)
         self.loads_v = ring_loads(variant.d_v)
         self.loads_per_tile = self.loads_k + self.loads_v
+        for wave in range(WAVES):
+            if v_share_keys(wave) != v_loaded_keys(wave, variant.d_v):
+                raise ValueError(f"{variant.name}: wave {wave} would transpose V rows it did not load itself")
         self._allocate()
 
     # ---------------------------------------------------------------------------------------------- registers
@@ -507,9 +525,9 @@ class KernelGen:
     def ring_load(self, tile: str, slot: int | str) -> None:
         """Issue this wave's direct-to-LDS loads of key tile `tile` (SGPR) into ring slot `slot` (int or SGPR)."""
         e, s, k = self.e, self.s, self.k
-        for regs, srd, row_bytes, stride, base, tile_bytes in (
-                (self.v_kload, self.srd["k"], k.d_qk, "k_stride_s", 0, k.k_tile_bytes),
-                (self.v_vload, self.srd["v"], k.d_v, "v_stride_s", k.v_ring_base, k.v_tile_bytes)):
+        for tensor, regs, srd, row_bytes, stride, base, tile_bytes in (
+                ("K", self.v_kload, self.srd["k"], k.d_qk, "k_stride_s", 0, k.k_tile_bytes),
+                ("V", self.v_vload, self.srd["v"], k.d_v, "v_stride_s", k.v_ring_base, k.v_tile_bytes)):
             chunk = ring_chunk_bytes(row_bytes)
             share = TILE_N * row_bytes // WAVES
             e.op("s_mul_i32", s["soff"], tile, self.arg(stride))
@@ -524,7 +542,7 @@ class KernelGen:
             for i in range(regs.count):
                 e.op("s_mov_b32", "m0", s["lds"])
                 e.op(f"buffer_load_dword{'x4' if chunk == 16 else ''}", regs[i], srd.all, s["soff"],
-                     mods="offen lds")
+                     mods="offen lds", note=f"{tensor}: this wave's share of the tile, straight to LDS")
                 if i + 1 < regs.count:
                     e.op("s_add_u32", s["lds"], s["lds"], WAVE_SIZE * chunk)
 

@@ -54,7 +54,9 @@ class KernelDescriptor:
     def parse(cls, raw: bytes) -> KernelDescriptor:
         if len(raw) != KD_SIZE:
             raise SimError(f"kernel descriptor must be {KD_SIZE} bytes, got {len(raw)}")
-        group, private, kernarg = struct.unpack_from("<III", raw, KD_GROUP_SEGMENT)
+        (group,) = struct.unpack_from("<I", raw, KD_GROUP_SEGMENT)
+        (private,) = struct.unpack_from("<I", raw, KD_PRIVATE_SEGMENT)
+        (kernarg,) = struct.unpack_from("<I", raw, KD_KERNARG_SIZE)
         (entry,) = struct.unpack_from("<q", raw, KD_ENTRY_OFFSET)
         rsrc3, rsrc1, rsrc2 = struct.unpack_from("<III", raw, KD_RSRC3)
         (props,) = struct.unpack_from("<H", raw, KD_CODE_PROPERTIES)

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-F32_SIGN = np.uint32(0x80000000)
 F32_MIN_NORMAL = np.float32(2.0**-126)
 BF16_QUIET_NAN = np.uint32(0x7FC0)
 E4M3_NAN = 0x7F  # S.1111.111 (OCP e4m3fn has no infinities)
-E5M2_NAN = 0x7E
 E8M0_NAN = 0xFF
 E8M0_BIAS = 127
 

@@ -289,7 +289,6 @@ def _dispatch_packet(grid, block, kd: KernelDescriptor, kernarg_addr: int) -> by
     packet[1] = block[0] | block[1] << 16
     packet[2] = block[2]
     packet[3:6] = [g * b for g, b in zip(grid, block, strict=True)]
-    packet[6] = 0
     packet[7] = kd.group_segment_size
     packet[10], packet[11] = kernarg_addr & 0xFFFFFFFF, kernarg_addr >> 32
     return packet.tobytes()

@@ -121,6 +121,14 @@ def ds_bpermute_b32(w, ins, ctx):
     ctx.issue(w, ins, complete)
 
 
+def _check_global(ctx, ins, addrs: np.ndarray, size: int) -> None:
+    """Fault at issue, naming the instruction, rather than when the access completes."""
+    try:
+        ctx.memory.check(addrs, size)
+    except MemoryFault as fault:
+        raise MemoryFault(f"{ins.addr:#x} {ins.text}: {fault}") from None
+
+
 # --- MUBUF --------------------------------------------------------------------------------------------------------
 def _buffer_addresses(w, ins, vaddr, rsrc_op, soffset_op, size: int):
     """(global addresses, in-range mask) per lane for a MUBUF access of `size` bytes.
@@ -159,6 +167,7 @@ def buffer_load(w, ins, ctx):
     addr, in_range = _buffer_addresses(w, ins, vaddr, rsrc, soffset, 4 * dwords)
     mask = w.exec_mask.copy()
     live = mask & in_range
+    _check_global(ctx, ins, addr[live], 4 * dwords)
     if to_lds:
         size = 4 * dwords
         lds_addr = (w.s[M0] & LDS_DMA_M0_MASK) + ins.mods.get("offset", 0) + size * np.arange(LANES)
@@ -190,6 +199,7 @@ def buffer_store(w, ins, ctx):
     live = w.exec_mask & in_range
     rows = _regs_to_rows(w, data_op, max(size // 4, 1))[:, :size][live]
     addr = addr[live]
+    _check_global(ctx, ins, addr, size)
     ctx.issue(w, ins, lambda: ctx.memory.scatter(addr, rows))
 
 
@@ -211,6 +221,7 @@ def global_load(w, ins, ctx):
     dst, vaddr, saddr = ins.operands
     mask = w.exec_mask.copy()
     addr = _global_addresses(w, ins, vaddr, saddr)
+    _check_global(ctx, ins, addr[mask], 4 * dwords)
 
     def complete():
         rows = np.zeros((LANES, 4 * dwords), dtype=np.uint8)
@@ -226,5 +237,5 @@ def global_store(w, ins, ctx):
     mask = w.exec_mask.copy()
     addr = _global_addresses(w, ins, vaddr, saddr)[mask]
     rows = _regs_to_rows(w, data_op, max(size // 4, 1))[:, :size][mask]
-    ctx.memory.gather(addr, size)  # fault at issue, where the instruction is known
+    _check_global(ctx, ins, addr, size)
     ctx.issue(w, ins, lambda: ctx.memory.scatter(addr, rows))

@@ -52,6 +52,10 @@ class Memory:
         offset = self._offset(np.array([addr], dtype=np.int64), len(raw))[0]
         self._bytes[offset: offset + len(raw)] = raw
 
+    def check(self, addrs: np.ndarray, size: int) -> None:
+        """Raise MemoryFault unless every [addr, addr+size) lies inside the allocated memory."""
+        self._offset(addrs, size)
+
     def gather(self, addrs: np.ndarray, size: int) -> np.ndarray:
         """Bytes [addr, addr+size) for each address: uint8 array (len(addrs), size)."""
         offsets = self._offset(addrs, size)

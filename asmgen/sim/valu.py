@@ -11,12 +11,11 @@ import numpy as np
 from . import formats
 from .errors import SimError
 from .isa import VALU, define
-from .wave import LANES, mask_to_int
+from .wave import LANES, int_to_mask, mask_to_int
 
 F32_LIMITS_I32 = (-2.0**31, 2.0**31 - 1)
 F32_LIMITS_U32 = (0.0, 2.0**32 - 1)
 SHIFT_MASK = np.uint32(31)
-U24_MASK = np.uint32(0xFFFFFF)
 OUTPUT_SCALE = {"mul": {2: 2.0, 4: 4.0}, "div": {2: 0.5}}
 
 
@@ -87,11 +86,11 @@ def v_ldexp_f32(w, ins, ctx):
 
 
 # --- conversions -------------------------------------------------------------------------------------------------
-def _convert(name, fn):
+def _convert(name, fn, float_source: bool):
     @define(name, VALU, "PCODE {NAME}")
     def op(w, ins, ctx):
         src = ins.operands[1]
-        x = w.fread(src) if name.endswith("_f32") and not name.startswith("v_cvt_f32") else w.vread(src)
+        x = w.fread(src) if float_source else w.vread(src)
         with np.errstate(all="ignore"):
             w.vwrite(ins.operands[0], fn(x))
 
@@ -101,10 +100,10 @@ def _f32_to_int(x, limits, dtype):
     return np.clip(t, *limits).astype(np.int64).astype(dtype).view(np.uint32)
 
 
-_convert("v_cvt_f32_i32", lambda x: x.view(np.int32).astype(np.float32))
-_convert("v_cvt_f32_u32", lambda x: x.astype(np.float32))
-_convert("v_cvt_i32_f32", lambda x: _f32_to_int(x, F32_LIMITS_I32, np.int32))
-_convert("v_cvt_u32_f32", lambda x: _f32_to_int(x, F32_LIMITS_U32, np.uint32))
+_convert("v_cvt_f32_i32", lambda x: x.view(np.int32).astype(np.float32), float_source=False)
+_convert("v_cvt_f32_u32", lambda x: x.astype(np.float32), float_source=False)
+_convert("v_cvt_i32_f32", lambda x: _f32_to_int(x, F32_LIMITS_I32, np.int32), float_source=True)
+_convert("v_cvt_u32_f32", lambda x: _f32_to_int(x, F32_LIMITS_U32, np.uint32), float_source=True)
 
 
 @define("v_cvt_pk_bf16_f32", VALU, "PCODE {NAME}")
@@ -134,9 +133,10 @@ def _int_op(name: str, fn, arity: int) -> None:
         w.vwrite(ins.operands[0], (fn(*srcs) & np.uint64(0xFFFFFFFF)).astype(np.uint32))
 
 
-S = np.uint64(31)
-_int_op("v_lshlrev_b32", lambda a, b: b << (a & S), 2)
-_int_op("v_lshrrev_b32", lambda a, b: b >> (a & S), 2)
+SHIFT_MASK_64 = np.uint64(31)  # shift amounts use the low 5 bits
+ONE_64 = np.uint64(1)
+_int_op("v_lshlrev_b32", lambda a, b: b << (a & SHIFT_MASK_64), 2)
+_int_op("v_lshrrev_b32", lambda a, b: b >> (a & SHIFT_MASK_64), 2)
 _int_op("v_and_b32", lambda a, b: a & b, 2)
 _int_op("v_or_b32", lambda a, b: a | b, 2)
 _int_op("v_xor_b32", lambda a, b: a ^ b, 2)
@@ -145,11 +145,11 @@ _int_op("v_sub_u32", lambda a, b: a - b + np.uint64(1 << 32), 2)
 _int_op("v_mul_lo_u32", lambda a, b: a * b, 2)
 _int_op("v_mul_u32_u24", lambda a, b: (a & np.uint64(0xFFFFFF)) * (b & np.uint64(0xFFFFFF)), 2)
 _int_op("v_mad_u32_u24", lambda a, b, c: (a & np.uint64(0xFFFFFF)) * (b & np.uint64(0xFFFFFF)) + c, 3)
-_int_op("v_lshl_add_u32", lambda a, b, c: ((a << (b & S)) & np.uint64(0xFFFFFFFF)) + c, 3)
-_int_op("v_add_lshl_u32", lambda a, b, c: ((a + b) & np.uint64(0xFFFFFFFF)) << (c & S), 3)
-_int_op("v_lshl_or_b32", lambda a, b, c: (a << (b & S)) | c, 3)
+_int_op("v_lshl_add_u32", lambda a, b, c: ((a << (b & SHIFT_MASK_64)) & np.uint64(0xFFFFFFFF)) + c, 3)
+_int_op("v_add_lshl_u32", lambda a, b, c: ((a + b) & np.uint64(0xFFFFFFFF)) << (c & SHIFT_MASK_64), 3)
+_int_op("v_lshl_or_b32", lambda a, b, c: (a << (b & SHIFT_MASK_64)) | c, 3)
 _int_op("v_and_or_b32", lambda a, b, c: (a & b) | c, 3)
-_int_op("v_bfe_u32", lambda a, b, c: (a >> (b & S)) & ((np.uint64(1) << (c & S)) - np.uint64(1)), 3)
+_int_op("v_bfe_u32", lambda a, b, c: (a >> (b & SHIFT_MASK_64)) & ((ONE_64 << (c & SHIFT_MASK_64)) - ONE_64), 3)
 
 
 @define("v_ashrrev_i32", VALU, "PCODE {NAME}")
@@ -187,7 +187,6 @@ def v_cndmask_b32(w, ins, ctx):
     d, a, b, cond = ins.operands
     a_val = w.fread(a).view(np.uint32) if (a.neg or a.abs) else w.vread(a)
     b_val = w.fread(b).view(np.uint32) if (b.neg or b.abs) else w.vread(b)
-    from .wave import int_to_mask
     w.vwrite(d, np.where(int_to_mask(w.sread(cond, 64)), b_val, a_val))
 
 

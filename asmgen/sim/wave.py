@@ -14,7 +14,6 @@ from .errors import SimError
 LANES = 64
 SGPR_SLOTS = 128  # operand encoding space: s0..s101, flat_scratch, vcc, ttmp, m0, exec
 VCC_LO, M0, EXEC_LO = 106, 124, 126
-ADDRESSABLE_SGPRS = 102
 U32 = 0xFFFFFFFF
 ALL_LANES = (1 << LANES) - 1
 LANE_BITS = np.uint64(1) << np.arange(LANES, dtype=np.uint64)

@@ -113,7 +113,13 @@ KERNELS: list[dict] = [_kernel(d_qk, d_v, tau, schedule) for d_qk, d_v, tau in (
                        for schedule in SCHEDULES]
 
 
-def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None, fma_scale: bool = True) -> list[str]:
+# Of the 16 groups of four scores a consumer thread holds per key tile, how many take their exponentials from the
+# FMA-pipe polynomial instead of ex2 (MUFU) in the shipped kernels (docs/sm90a.md, "Exponentials on the FMA pipe").
+POLY_EXP2_GROUPS = 0
+
+
+def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None, fma_scale: bool = True,
+            poly_exp2_groups: int = POLY_EXP2_GROUPS) -> list[str]:
     """Preprocessor configuration of one kernel; the keywords give the variants the benchmark compares (pingpong
     defaults to the kernel's schedule)."""
     if pingpong is None:
@@ -128,6 +134,7 @@ def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None,
         f"-DZYFA_OVERLAP={int(overlap)}",
         f"-DZYFA_PINGPONG={int(pingpong)}",
         f"-DZYFA_FMA_SCALE={int(fma_scale)}",
+        f"-DZYFA_POLY_EXP2_GROUPS={int(poly_exp2_groups)}",
     ]
 
 

@@ -17,6 +17,8 @@
 //                  finish P V of tile j-1 before QK^T of tile j (0)
 //   ZYFA_PINGPONG  the two consumers take turns issuing their GEMMs, so one's softmax hides under the other's MMA
 //   ZYFA_FMA_SCALE compute x - m as one FMA (c s - m) instead of the model's rounded product then difference
+//   ZYFA_POLY_EXP2_GROUPS  how many of the 16 groups of four scores a thread holds per key tile take their
+//                  exponentials from the FMA-pipe polynomial (exp2_poly) instead of ex2 (MUFU), off the diagonal
 
 #include "ptx.cuh"
 
@@ -42,6 +44,7 @@ constexpr uint32_t kConsumerRegs = 240;
 constexpr uint32_t kPingBarrier = 1;  // named barriers 1 and 2: one per consumer warpgroup
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kTau = ZYFA_TAU;  // rescale threshold of the lazy row maximum, base-2 units
+constexpr int kPolyExp2Groups = ZYFA_POLY_EXP2_GROUPS;
 
 template <int D_QK, int D_V, int STAGES>
 struct SharedLayout {
@@ -187,7 +190,18 @@ struct RowState {
   float l[2];  // this thread's partial row sum (the quad adds its partials at the end)
 };
 
+constexpr int kScoreGroups = 16;  // a thread's 64 scores of a tile as groups of four (8 key columns, both rows)
+
+// Whether score group g takes the polynomial exponential: POLY_GROUPS of the 16, spread evenly over the tile so
+// the FMA-pipe and MUFU work interleave.
+template <int POLY_GROUPS>
+__device__ __forceinline__ constexpr bool poly_group(int g) {
+  return (g * POLY_GROUPS) % kScoreGroups < POLY_GROUPS;
+}
+
 // Scores of one key tile -> probabilities in place; returns per-row factors for O (1 where m did not move).
+// POLY_GROUPS > 0 only where no score is -inf (off the diagonal tile): exp2_poly clamps its input.
+template <int POLY_GROUPS>
 __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float scale_log2, float tau,
                                              float (&factor)[2]) {
   // Row maxima as four independent chains per row (a short dependency chain; max is exact in any order).
@@ -212,10 +226,11 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float
   for (int r = 0; r < 64; ++r) {
     const int h = acc_half(r);
 #if ZYFA_FMA_SCALE
-    s[r] = ex2(fmaf(s[r], scale_log2, -st.m[h]));  // one rounding fewer than the model: a last-bit difference
+    const float x = fmaf(s[r], scale_log2, -st.m[h]);  // one rounding fewer than the model: a last-bit difference
 #else
-    s[r] = ex2(__fmul_rn(s[r], scale_log2) - st.m[h]);  // x = c s rounded, then x - m: the model's two roundings
+    const float x = __fmul_rn(s[r], scale_log2) - st.m[h];  // x = c s rounded, then x - m: the model's two roundings
 #endif
+    s[r] = poly_group<POLY_GROUPS>(r / 4) ? exp2_poly(x) : ex2(x);
     st.l[h] += s[r];
   }
 }
@@ -312,7 +327,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         release(bars.q_empty());
         mask_diagonal(s, diag_row, lane);
       }
-      softmax_tile(s, st, scale_log2, kTau, factor);
+      softmax_tile<0>(s, st, scale_log2, kTau, factor);  // ex2 only: this tile may be the diagonal one
       pack_p(s, pf);
 
       RingPos<STAGES> prev = ring;
@@ -343,8 +358,10 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         if constexpr (decltype(diagonal)::value) {
           release(bars.q_empty());
           mask_diagonal(s, diag_row, lane);
+          softmax_tile<0>(s, st, scale_log2, kTau, factor);
+        } else {
+          softmax_tile<kPolyExp2Groups>(s, st, scale_log2, kTau, factor);
         }
-        softmax_tile(s, st, scale_log2, kTau, factor);
         fence_regs(s);  // the exponentials are done before the wait below, i.e. under the running P V
         wgmma_wait<0>();
         fence_regs(o);
@@ -428,6 +445,8 @@ static_assert(zyfa::SharedLayout<ZYFA_D_QK, ZYFA_D_V, ZYFA_STAGES>::kBytes + zyf
               "shared memory layout and manifest disagree");
 static_assert(ZYFA_D_V == zyfa::kTileN, "the PV product is one 64x128 accumulator: d_v must be 128");
 static_assert(ZYFA_D_QK % zyfa::kBoxCols == 0, "d_qk must be a multiple of 64");
+static_assert(ZYFA_POLY_EXP2_GROUPS >= 0 && ZYFA_POLY_EXP2_GROUPS <= zyfa::kScoreGroups,
+              "ZYFA_POLY_EXP2_GROUPS counts groups of four scores out of 16");
 
 extern "C" __global__ void __launch_bounds__(zyfa::kThreads, 1)
     ZYFA_KERNEL(const __grid_constant__ zyfa::TensorMap q, const __grid_constant__ zyfa::TensorMap k,

@@ -215,3 +215,9 @@ def test_occupancy_model():
     assert toolchain.occupancy(256, 65536, 8) == {"workgroups_per_cu": 1, "waves_per_simd": 2}
     assert toolchain.occupancy(128, 65536, 8) == {"workgroups_per_cu": 2, "waves_per_simd": 4}
     assert toolchain.occupancy(128, 100000, 8) == {"workgroups_per_cu": 1, "waves_per_simd": 2}
+
+
+def test_each_wave_transposes_the_v_rows_it_loads():
+    """Under the ping-pong offset only a wave's own group has passed its load wait when V^T is built."""
+    for wave in range(kernel.WAVES):
+        assert kernel.v_share_keys(wave) == kernel.v_loaded_keys(wave, 128) == set(range(8 * wave, 8 * wave + 8))

@@ -346,6 +346,8 @@ def test_shape_and_dtype_errors():
         numerics.attention(q, k, v, v_descale=0.5)
     with pytest.raises(TypeError, match="bfloat16 or torch.float8_e4m3fn"):
         numerics.attention(q.float(), k.float(), v.float())
+    with pytest.raises(ValueError, match="every dimension must be at least 1"):
+        numerics.attention(q[:0], k[:0], v[:0])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, FP8])

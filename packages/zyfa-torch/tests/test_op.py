@@ -18,6 +18,8 @@ from zyfa import (
 
 BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
 fwd = torch.ops.zyfa.fwd.default
+# torch's own modules that inductor imports still use torch.jit.script_method
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 
 
 def op_args(batch=1, seqlen=256, heads=2, heads_k=1, d_qk=128, d_v=128, dtype=BF16, layout="bshd"):

@@ -192,6 +192,7 @@ def plot(results: list[dict], path: str, variants=VARIANTS) -> None:
     fig.savefig(path, dpi=110)
 
 
+@torch.no_grad()
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m zyfa_tools.accuracy",
@@ -221,7 +222,6 @@ def main(argv=None) -> int:
     variants = [v for v in VARIANTS if not args.variants or v.name in args.variants]
 
     todo = cases(args.seqlens, args.dims, args.inputs, args.heads, args.group)
-    torch.set_grad_enabled(False)
     if args.threads:
         torch.set_num_threads(args.threads)
     results = []

@@ -61,6 +61,7 @@ def run(dtype_name: str, args, device: torch.device) -> dict:
     return {"dtype": dtype_name, "ms": seconds * 1e3, "tflops": flops / seconds / 1e12, "error": error}
 
 
+@torch.no_grad()
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zyfa_tools.demo", description=__doc__.split("\n\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -78,7 +79,6 @@ def main(argv=None) -> int:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (reference backend)"
     print(f"zyfa {zyfa.__version__} on {where}: causal, S={args.seqlen}, heads {args.heads}/{args.heads_k}, "
           f"d={args.d_qk}/128, {args.inputs} inputs")
-    torch.set_grad_enabled(False)
     for dtype_name in args.dtypes:
         r = run(dtype_name, args, device)
         print(f"  {r['dtype']:5s} {r['ms']:10.2f} ms  {r['tflops']:9.3g} TFLOP/s  error vs fp64 {r['error']:.2e}")

@@ -12,11 +12,12 @@ for FP8), keys are visited in tiles of `key_tile` in increasing order; the row k
 - End: out = bf16(O / l * v_descale), lse = ln(2) * (m + log2 l).
 
 Choices where the contract leaves the last bit open, made so the model is canonical (independent of summation
-order): every dot product (a score q . k, a block's P8 V8, a tile's P V, a sum of probabilities) is formed
-exactly (float64 holds it) and rounded once to FP32; 2^t is the FP32 rounding of the exact power. The FP32
-operations, in order: c = fp32(softmax_scale * log2(e)) * q_descale * k_descale; x = c * s; tau compared as
-mt > m + tau; y = (x - m) + e; lean code = rne(8y + 56); out = (O / l) * v_descale. A kernel differs from the
-model only by the order of its FP32 additions, its exp2 unit's last bit and fused multiply-adds.
+order): every dot product (a score q . k, a block's P8 V8, a tile's P V, a sum of probabilities) is formed in
+float64 (exact for FP8 data, and for BF16 data short of extreme exponent ranges) and rounded once to FP32; 2^t
+is the FP32 rounding of the exact power. The FP32 operations, in order: c = fp32(fp32(softmax_scale) * log2(e)) *
+q_descale * k_descale; x = c * s; tau compared as mt > m + tau; y = (x - m) + e; lean code = rne(8y + 56);
+out = (O / l) * v_descale. A kernel differs from the model only by the order of its FP32 additions, its exp2
+unit's last bit and fused multiply-adds.
 
 Two switches reproduce the peers' numerics for comparison: block_scale=False (e = 0 for every block: P is
 rounded relative to the row maximum, as AITER and FA3 do) and rowsum="fp32" (l sums the unrounded FP32
@@ -30,6 +31,7 @@ seqlen x seqlen tensor) while every step is a batched tensor operation.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -75,6 +77,11 @@ class Config:
     @property
     def fp8(self) -> bool:
         return self.p_mode != "bf16"
+
+
+def fp32(x: float) -> float:
+    """x rounded to the nearest FP32 value: kernels receive softmax_scale as an FP32 argument."""
+    return struct.unpack("f", struct.pack("f", x))[0]
 
 
 def default_p_mode(dtype: torch.dtype, d_qk: int) -> str:
@@ -159,7 +166,7 @@ def attention(q, k, v, *, softmax_scale=None, q_descale=1.0, k_descale=1.0, v_de
             if not (value is None or (isinstance(value, (int, float)) and value == 1.0)):
                 raise ValueError(f"{name} applies to FP8 inputs only; BF16 inputs take 1.0 or None")
         qd = kd = vd = torch.ones(batch, heads_k, dtype=torch.float32, device=q.device)
-    c = ((torch.tensor(scale * LOG2E, dtype=torch.float32) * qd) * kd)[:, :, None, None, None]
+    c = ((torch.tensor(fp32(scale) * LOG2E, dtype=torch.float32) * qd) * kd)[:, :, None, None, None]
     vd = vd[:, :, None, None, None]
 
     group = heads // heads_k
@@ -184,6 +191,8 @@ def _check_shapes(q, k, v):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             raise ValueError(f"{name} must be a 4-D tensor (batch, seqlen, heads, dim)")
+        if t.numel() == 0:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}: every dimension must be at least 1")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     batch, seqlen, heads, d_qk = q.shape

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import jobs as job_tables
-from ..numerics import LOG2E
+from ..numerics import LOG2E, fp32
 
 TARGET = "sm90a"
 TMA_BOX_COLS = 64  # BF16 columns per TMA box: 128 bytes, the widest the 128-byte swizzle allows
@@ -101,7 +101,7 @@ def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int,
         "seqlen": seqlen,
         "heads": heads,
         "heads_k": heads_k,
-        "scale_log2": softmax_scale * LOG2E,  # rounded to FP32 once, when packed, as the model does
+        "scale_log2": fp32(softmax_scale) * LOG2E,  # rounded to FP32 once, when packed, as the model does
         "out_stride_b": out.strides[0],
         "out_stride_s": out.strides[1],
         "out_stride_h": out.strides[2],
