@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU validation run of the sm90a kernels on an H100/H200, through the installed packages.
 #
-#   ci/gpu.sh [STAGE ...]     stages: install sass check sanitize bench (default: all, in that order)
+#   ci/gpu.sh [STAGE ...]     stages: install sass check sanitize bench (default: all, in that order), and on
+#                             request: exp2 (accuracy of the FMA-pipe exponential), variants (the benchmark's kernel
+#                             variants against the model)
 #   env OUT (default ./out): where the JSON results and logs go; BENCH_ARGS: extra benchmark arguments;
 #   WHEELS: a folder of wheels to install first, for build tools the machine lacks (e.g. hatchling, offline)
 set -euo pipefail
@@ -38,6 +40,14 @@ for stage in "${stages[@]}"; do
           "$PY" ci/gpu_check.py --small --out "$OUT/$tool"
       done
       ;;
+    exp2)
+      "$PY" ci/gpu_exp2_poly.py --out "$OUT"
+      ;;
+    variants)
+      variants=$(mktemp -d)
+      "$PY" benchmarks/sm90a_variants.py "$variants"
+      "$PY" ci/gpu_check.py --variants "$variants" --out "$OUT"
+      ;;
     bench)
       variants=$(mktemp -d)
       "$PY" benchmarks/sm90a_variants.py "$variants"
@@ -45,7 +55,7 @@ for stage in "${stages[@]}"; do
       "$PY" benchmarks/sm90a_bf16.py --out "$OUT" --variants "$variants" ${BENCH_ARGS:-}
       ;;
     *)
-      echo "unknown stage $stage (install sass check sanitize bench)" >&2
+      echo "unknown stage $stage (install sass check sanitize bench exp2 variants)" >&2
       exit 2
       ;;
   esac

@@ -114,7 +114,8 @@ KERNELS: list[dict] = [_kernel(d_qk, d_v, tau, schedule) for d_qk, d_v, tau in (
 
 
 # Of the 16 groups of four scores a consumer thread holds per key tile, how many take their exponentials from the
-# FMA-pipe polynomial instead of ex2 (MUFU) in the shipped kernels (docs/sm90a.md, "Exponentials on the FMA pipe").
+# FMA-pipe polynomial instead of ex2 (MUFU) in the shipped kernels: none, since every fraction measured slower
+# (docs/sm90a.md, "Exponentials on the FMA pipe"); benchmarks/sm90a_variants.py builds the others.
 POLY_EXP2_GROUPS = 0
 
 

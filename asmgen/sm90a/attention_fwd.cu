@@ -18,7 +18,8 @@
 //   ZYFA_PINGPONG  the two consumers take turns issuing their GEMMs, so one's softmax hides under the other's MMA
 //   ZYFA_FMA_SCALE compute x - m as one FMA (c s - m) instead of the model's rounded product then difference
 //   ZYFA_POLY_EXP2_GROUPS  how many of the 16 groups of four scores a thread holds per key tile take their
-//                  exponentials from the FMA-pipe polynomial (exp2_poly) instead of ex2 (MUFU), off the diagonal
+//                  exponentials from the FMA-pipe polynomial (exp2_poly) instead of ex2 (MUFU), except in a query
+//                  tile's first and diagonal key tiles (0 in the shipped kernels: measured slower, docs/sm90a.md)
 
 #include "ptx.cuh"
 
