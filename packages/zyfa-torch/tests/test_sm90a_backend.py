@@ -88,13 +88,13 @@ def test_plan_grid_is_persistent():
 
 def test_plan_refuses_what_the_kernel_cannot_address():
     _, (qo, ko, vo, oo) = operands(1, 256, 4, 2, 128, "bshd")
-    misaligned = sm90a.Operand(qo.ptr + 8, qo.shape, qo.strides)
+    misaligned = sm90a.Operand(qo.ptr + 8, qo.shape, qo.strides, 2)
     with pytest.raises(ValueError, match="q address and strides must be multiples of 16 bytes"):
         sm90a.plan(kernel(), misaligned, ko, vo, oo, 0x1000, 0x2000, 4, SMS, 1.0)
-    short = sm90a.Operand(qo.ptr, (1, 200, 4, 128), qo.strides)
+    short = sm90a.Operand(qo.ptr, (1, 200, 4, 128), qo.strides, 2)
     with pytest.raises(ValueError, match="seqlen 200 must be a multiple"):
         sm90a.plan(kernel(), short, ko, vo, oo, 0x1000, 0x2000, 4, SMS, 1.0)
-    odd_heads = sm90a.Operand(qo.ptr, (1, 256, 3, 128), qo.strides)
+    odd_heads = sm90a.Operand(qo.ptr, (1, 256, 3, 128), qo.strides, 2)
     with pytest.raises(ValueError, match="heads 3 must be a multiple of heads_k 2"):
         sm90a.plan(kernel(), odd_heads, ko, vo, oo, 0x1000, 0x2000, 4, SMS, 1.0)
 
@@ -129,7 +129,7 @@ LAUNCH_SCRIPT = textwrap.dedent("""
     from zyfa.backends import sm90a
     kern = zyfa_kernels.manifest(sys.argv[1]).find("sm90a", d_qk=128)
     def operand(base, heads):
-        return sm90a.Operand(base, (2, 1024, heads, 128), (1024 * heads * 128, heads * 128, 128, 1))
+        return sm90a.Operand(base, (2, 1024, heads, 128), (1024 * heads * 128, heads * 128, 128, 1), 2)
     q, k, v, out = (operand(0x7F00_0000_0000 + i * 0x1000_0000, h) for i, h in enumerate((8, 2, 2, 8)))
     p = sm90a.plan(kern, q, k, v, out, 0x5000, 0x6000, 32, 132, 0.125)
     sm90a.launch(p, device=0, stream=0x1234)

@@ -10,39 +10,18 @@ without a GPU; `forward` allocates the outputs and launches the plan.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
 import torch
 
 from .. import jobs as job_tables
+from .device import Operand, current_stream, device_index, job_table, loader, outputs
 
 TARGET = "gfx950"
 CHIPLETS = 8  # XCDs of an MI355X: workgroup w runs on chiplet w % 8
 OFFSET_LIMIT = 2**32  # the kernels address each (batch, head) slice with 32-bit buffer offsets
 DTYPES = {torch.float8_e4m3fn: "fp8e4m3"}
-LAYOUTS = ("bshd", "bhsd")
-
-
-@dataclass(frozen=True)
-class Operand:
-    """A (batch, seqlen, heads, dim) view of a tensor in device memory: base address and strides in elements."""
-
-    ptr: int
-    shape: tuple[int, int, int, int]
-    strides: tuple[int, int, int, int]
-    element_bytes: int = 1
-
-    @classmethod
-    def of(cls, t: torch.Tensor, layout: str) -> Operand:
-        if layout not in LAYOUTS:
-            raise ValueError(f"gfx950: layout must be one of {LAYOUTS}, got {layout!r}")
-        shape, strides = tuple(t.shape), tuple(t.stride())
-        if layout == "bhsd":  # (batch, heads, seqlen, dim) -> (batch, seqlen, heads, dim)
-            shape = (shape[0], shape[2], shape[1], shape[3])
-            strides = (strides[0], strides[2], strides[1], strides[3])
-        return cls(t.data_ptr(), shape, strides, t.element_size())
 
 
 @dataclass(frozen=True)
@@ -97,18 +76,12 @@ def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int,
 # ---- device-side state, cached -----------------------------------------------------------------------------------
 
 
-def _kernels():
-    import zyfa_kernels
-
-    return zyfa_kernels
-
-
 def find_kernel(dtype: torch.dtype, d_qk: int, d_v: int):
     if dtype not in DTYPES:
         raise ValueError(f"gfx950: dtype {dtype} is not supported yet: the MI355X kernels take float8_e4m3fn inputs "
                          f"(BF16 on gfx950 is planned); use ZYFA_BACKEND=reference for BF16 on this GPU")
     try:
-        return _kernels().manifest().find(target=TARGET, dtype=DTYPES[dtype], d_qk=d_qk, d_v=d_v)
+        return loader().manifest().find(target=TARGET, dtype=DTYPES[dtype], d_qk=d_qk, d_v=d_v)
     except KeyError as error:
         raise ValueError(f"gfx950: no kernel for head dims d_qk={d_qk}, d_v={d_v}: {error}") from None
 
@@ -118,20 +91,8 @@ def host_job_table(batch: int, heads: int, num_tiles: int, grid: int):
     return job_tables.chiplet_order(job_tables.paired_jobs(batch, heads, num_tiles), grid, CHIPLETS)
 
 
-@functools.cache
-def _job_upload(batch: int, heads: int, num_tiles: int, grid: int, device: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(device table, pinned host source): the copy does not wait, so the source stays alive with the table."""
-    host = torch.from_numpy(host_job_table(batch, heads, num_tiles, grid)).pin_memory()
-    return host.to(torch.device("cuda", device), non_blocking=True), host
-
-
-def job_table(batch: int, heads: int, num_tiles: int, grid: int, device: int) -> torch.Tensor:
-    """The job table of a shape on `device`, uploaded once per shape."""
-    return _job_upload(batch, heads, num_tiles, grid, device)[0]
-
-
 def launch(p: Plan, device: int, stream: int) -> None:
-    _kernels().launch(p.kernel, device=device, grid=p.grid, stream=stream, args=p.args)
+    loader().launch(p.kernel, device=device, grid=p.grid, stream=stream, args=p.args)
 
 
 def _check_descale(name: str, t, batch: int, heads_k: int, device: torch.device) -> None:
@@ -149,13 +110,11 @@ def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layo
     batch, seqlen, heads, _ = qo.shape
     for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
         _check_descale(name, t, batch, ko.shape[2], q.device)
-    out_shape = (batch, seqlen, heads, kernel.d_v) if layout == "bshd" else (batch, heads, seqlen, kernel.d_v)
-    out = torch.empty(out_shape, dtype=torch.bfloat16, device=q.device)
-    lse = torch.empty((batch, heads, seqlen), dtype=torch.float32, device=q.device)
-    device = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    jobs = job_table(batch, heads, math.ceil(seqlen / kernel.tile_m), kernel.grid_size, device)
+    out, lse = outputs(q, batch, seqlen, heads, kernel.d_v, layout)
+    device = device_index(q)
+    jobs = job_table(host_job_table, batch, heads, math.ceil(seqlen / kernel.tile_m), kernel.grid_size, device=device)
     p = plan(kernel, qo, ko, vo, Operand.of(out, layout), lse.data_ptr(),
              (q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr()), jobs.data_ptr(), jobs.shape[0],
              softmax_scale)
-    launch(p, device, torch.cuda.current_stream(device).cuda_stream)
+    launch(p, device, current_stream(device))
     return out, lse

@@ -18,6 +18,7 @@ import torch
 
 from .. import jobs as job_tables
 from ..numerics import LOG2E, fp32
+from .device import Operand, current_stream, device_index, job_table, loader, outputs
 
 TARGET = "sm90a"
 TMA_BOX_COLS = 64  # BF16 columns per TMA box: 128 bytes, the widest the 128-byte swizzle allows
@@ -26,24 +27,6 @@ SWIZZLE = 128  # bytes: the 128-byte swizzle the kernels' shared-memory layout a
 DTYPES = {torch.bfloat16: "bf16"}
 # From this padded length on the consumer warpgroups issue independently instead of in ping-pong (measured, H200).
 INDEPENDENT_FROM_SEQLEN = 16384
-
-
-@dataclass(frozen=True)
-class Operand:
-    """A (batch, seqlen, heads, dim) view of a tensor in device memory: base address and strides in elements."""
-
-    ptr: int
-    shape: tuple[int, int, int, int]
-    strides: tuple[int, int, int, int]
-    element_bytes: int = 2
-
-    @classmethod
-    def of(cls, t: torch.Tensor, layout: str) -> Operand:
-        shape, strides = tuple(t.shape), tuple(t.stride())
-        if layout == "bhsd":  # (batch, heads, seqlen, dim) -> (batch, seqlen, heads, dim)
-            shape = (shape[0], shape[2], shape[1], shape[3])
-            strides = (strides[0], strides[2], strides[1], strides[3])
-        return cls(t.data_ptr(), shape, strides, t.element_size())
 
 
 @dataclass(frozen=True)
@@ -112,12 +95,6 @@ def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int,
 # ---- device-side state, cached -----------------------------------------------------------------------------------
 
 
-def _kernels():
-    import zyfa_kernels
-
-    return zyfa_kernels
-
-
 def schedule(seqlen: int) -> str:
     """The consumer schedule measured faster on the H200 for this (padded) sequence length."""
     return "pingpong" if seqlen < INDEPENDENT_FROM_SEQLEN else "independent"
@@ -126,7 +103,7 @@ def schedule(seqlen: int) -> str:
 def find_kernel(dtype: torch.dtype, d_qk: int, d_v: int, seqlen: int):
     """The manifest's kernel for these inputs (dtype one of DTYPES) and the schedule for this length."""
     try:
-        return _kernels().manifest().find(target=TARGET, dtype=DTYPES[dtype], d_qk=d_qk, d_v=d_v,
+        return loader().manifest().find(target=TARGET, dtype=DTYPES[dtype], d_qk=d_qk, d_v=d_v,
                                           schedule=schedule(seqlen))
     except KeyError as error:
         raise ValueError(f"sm90a: no kernel for head dims d_qk={d_qk}, d_v={d_v}: {error}") from None
@@ -134,30 +111,18 @@ def find_kernel(dtype: torch.dtype, d_qk: int, d_v: int, seqlen: int):
 
 @functools.cache
 def multiprocessors(device: int) -> int:
-    return int(_kernels().device_info(TARGET, device)["multiprocessors"])
-
-
-@functools.cache
-def _job_upload(batch: int, heads: int, num_tiles: int, device: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(device table, pinned host source): the copy does not wait, so the source stays alive with the table."""
-    host = torch.from_numpy(job_tables.paired_jobs(batch, heads, num_tiles)).pin_memory()
-    return host.to(torch.device("cuda", device), non_blocking=True), host
-
-
-def job_table(batch: int, heads: int, num_tiles: int, device: int) -> torch.Tensor:
-    """The job table of a shape on `device`, uploaded once per shape."""
-    return _job_upload(batch, heads, num_tiles, device)[0]
+    return int(loader().device_info(TARGET, device)["multiprocessors"])
 
 
 @functools.lru_cache(maxsize=1024)
 def encode(spec: TensorMapSpec) -> bytes:
-    return _kernels().encode_tensor_map(spec.dtype, spec.address, spec.dims, spec.strides_bytes, spec.box_dims,
+    return loader().encode_tensor_map(spec.dtype, spec.address, spec.dims, spec.strides_bytes, spec.box_dims,
                                         swizzle=spec.swizzle)
 
 
 def launch(p: Plan, device: int, stream: int) -> None:
     args = {**p.args, **{name: encode(spec) for name, spec in p.tensor_maps.items()}}
-    _kernels().launch(p.kernel, device=device, grid=p.grid, stream=stream, args=args)
+    loader().launch(p.kernel, device=device, grid=p.grid, stream=stream, args=args)
 
 
 def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layout: str):
@@ -173,12 +138,10 @@ def run(kernel, q, k, v, softmax_scale: float, layout: str):
     """One launch of `kernel` (a manifest entry; the benchmark also passes variants) on the current stream."""
     qo, ko, vo = (Operand.of(t, layout) for t in (q, k, v))
     batch, seqlen, heads, _ = qo.shape
-    out_shape = (batch, seqlen, heads, kernel.d_v) if layout == "bshd" else (batch, heads, seqlen, kernel.d_v)
-    out = torch.empty(out_shape, dtype=torch.bfloat16, device=q.device)
-    lse = torch.empty((batch, heads, seqlen), dtype=torch.float32, device=q.device)
-    device = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    jobs = job_table(batch, heads, math.ceil(seqlen / kernel.tile_m), device)
+    out, lse = outputs(q, batch, seqlen, heads, kernel.d_v, layout)
+    device = device_index(q)
+    jobs = job_table(job_tables.paired_jobs, batch, heads, math.ceil(seqlen / kernel.tile_m), device=device)
     p = plan(kernel, qo, ko, vo, Operand.of(out, layout), lse.data_ptr(), jobs.data_ptr(), jobs.shape[0],
              multiprocessors(device), softmax_scale)
-    launch(p, device, torch.cuda.current_stream(device).cuda_stream)
+    launch(p, device, current_stream(device))
     return out, lse
