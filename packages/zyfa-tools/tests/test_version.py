@@ -1,0 +1,28 @@
+"""The three wheels share one version and refuse a mismatched sibling."""
+
+import re
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+import zyfa
+import zyfa_kernels
+import zyfa_tools
+
+PACKAGES = Path(__file__).resolve().parents[2]
+
+
+def test_one_version_for_all_wheels():
+    declared = {p.name: re.search(r'^version = "(.+)"$', (p / "pyproject.toml").read_text(), re.M).group(1)
+                for p in PACKAGES.iterdir() if (p / "pyproject.toml").exists()}
+    assert set(declared) == {"zyfa-kernels", "zyfa-torch", "zyfa-tools"}
+    assert set(declared.values()) == {zyfa_tools.__version__} == {zyfa.__version__} == {zyfa_kernels.__version__}
+
+
+def test_mismatched_zyfa_torch_refused(monkeypatch):
+    monkeypatch.setattr(metadata, "version", lambda name: "0.0.9" if name == "zyfa-torch" else zyfa_tools.__version__)
+    with pytest.raises(ImportError, match="zyfa-tools 0.1.0 needs zyfa-torch 0.1.0, but zyfa-torch 0.0.9"):
+        zyfa_tools._require_matching_zyfa()
+    monkeypatch.setattr(metadata, "version", lambda name: zyfa_tools.__version__)
+    zyfa_tools._require_matching_zyfa()
