@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# GPU validation run of the sm90a kernels on an H100/H200, through the installed packages.
+# GPU validation run through the installed packages: the sm90a kernels on an H100/H200, the gfx950 FP8 kernels on
+# an MI355X. The target is detected from torch (ci/gpu_target.py: a ROCm GPU whose gcnArchName is gfx950, or a CUDA
+# GPU of compute capability 9.0); GPU_TARGET=sm90a|gfx950 overrides the detection. docs/gpu-validation.md.
 #
+# On sm90a (H100/H200):
 #   ci/gpu.sh [STAGE ...]     stages: install sass check sanitize bench (default: all, in that order), and on
 #                             request: exp2 (accuracy of the FMA-pipe exponential), variants (the benchmark's kernel
 #                             variants against the model)
+# On gfx950 (MI355X):
+#   ci/gpu.sh [STAGE ...]     stages: install check bench summary (default: all, in that order), and on request:
+#                             small (the check on one small configuration)
 #   env OUT (default ./out): where the JSON results and logs go; BENCH_ARGS: extra benchmark arguments;
 #   WHEELS: a folder of wheels to install first, for build tools the machine lacks (e.g. hatchling, offline)
 set -euo pipefail
@@ -12,6 +18,53 @@ OUT=${OUT:-./out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 stages=("$@")
+gpu=${GPU_TARGET:-}
+if [ -z "$gpu" ]; then
+  detected=$("$PY" ci/gpu_target.py --describe)
+  gpu=${detected%% *}
+  echo "=== target: $detected"
+fi
+
+if [ "$gpu" = gfx950 ]; then
+  [ ${#stages[@]} -eq 0 ] && stages=(install check bench summary)
+  failed=()  # a failing check or benchmark does not stop the later stages (an MI355X is scarce): exit 1 at the end
+  for stage in "${stages[@]}"; do
+    echo "=== $stage"
+    case "$stage" in
+      install)
+        if [ -n "${WHEELS:-}" ]; then "$PY" -m pip install -q --no-index --no-deps "$WHEELS"/*.whl; fi
+        "$PY" -m pip install -q --no-build-isolation --no-deps packages/zyfa-kernels packages/zyfa-torch \
+          packages/zyfa-tools
+        ;;
+      check)
+        "$PY" ci/gpu_check_gfx950.py --out "$OUT" || failed+=(check)
+        ;;
+      small)
+        "$PY" ci/gpu_check_gfx950.py --small --out "$OUT" || failed+=(small)
+        ;;
+      bench)
+        # shellcheck disable=SC2086
+        "$PY" ci/bench_gfx950.py --out "$OUT" ${BENCH_ARGS:-} || failed+=(bench)
+        ;;
+      summary)
+        "$PY" ci/gfx950_validation.py --out "$OUT"
+        ;;
+      *)
+        echo "unknown stage $stage for gfx950 (install check bench summary small)" >&2
+        exit 2
+        ;;
+    esac
+  done
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "gfx950: failed stages: ${failed[*]}" >&2
+    exit 1
+  fi
+  exit 0
+elif [ "$gpu" != sm90a ]; then
+  echo "GPU_TARGET=$gpu: must be sm90a or gfx950" >&2
+  exit 2
+fi
+
 [ ${#stages[@]} -eq 0 ] && stages=(install sass check sanitize bench)
 
 for stage in "${stages[@]}"; do

@@ -66,3 +66,57 @@ def device_time_ms(fn, calls: int, warmup: int) -> float:
 def causal_flops(batch: int, heads: int, seqlen: int, d_qk: int, d_v: int) -> float:
     """The protocol's FLOP count of one causal forward: B H S^2 (d_qk + d_v) (half of 2 B H S^2 (d_qk + d_v))."""
     return batch * heads * seqlen * seqlen * (d_qk + d_v)
+
+
+def poison_allocator(nbytes: int) -> None:
+    """Fill `nbytes` of memory that the caching allocator hands out next with NaN (freed at once, kept cached), so
+    outputs a kernel leaves unwritten show as non-finite values."""
+    block = torch.full((nbytes // 4 + 1,), math.nan, device="cuda")
+    del block
+
+
+def event_time_ms(fn, calls: int, warmup: int) -> float:
+    """Mean device time of one call of `fn` from events around `calls` back-to-back eager calls (for contenders that
+    cannot be captured in a graph; launch gaps count when the calls are shorter than their launch)."""
+    for _ in range(warmup):
+        fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(calls):
+        fn()
+    stop.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(stop) / calls
+
+
+def timed_ms(fn, calls: int, warmup: int) -> tuple[float, str]:
+    """(mean device time of one call, "graph" or "events"): graph replays where the calls can be captured."""
+    try:
+        return device_time_ms(fn, calls, warmup), "graph"
+    except RuntimeError:
+        torch.cuda.synchronize()
+        return event_time_ms(fn, calls, warmup), "events"
+
+
+def sustained_time_ms(fn, *, idle_s: float, warm_s: float, timed_s: float, repeats: int, sleep=None) -> list[float]:
+    """Sustained-clock timing: per repetition `idle_s` idle, `warm_s` of back-to-back calls, then batches of calls
+    until at least `timed_s` of device time; returns the mean time of one call of each repetition."""
+    import time
+
+    sleep = time.sleep if sleep is None else sleep
+    results = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        sleep(idle_s)
+        end = time.perf_counter() + warm_s
+        while time.perf_counter() < end:
+            fn()
+            torch.cuda.synchronize()
+        total_ms, count, batch = 0.0, 0, 1
+        while total_ms < 1000 * timed_s:
+            total_ms += event_time_ms(fn, batch, 0) * batch
+            count += batch
+            batch *= 2
+        results.append(total_ms / count)
+    return results
