@@ -13,10 +13,17 @@ from pathlib import Path
 
 from . import VARIANTS, assemble, generate, schedule, toolchain
 
+CASES = (  # (column title, analyse() keywords)
+    ("e = 0", {}),
+    ("some e > 0, none < 0", {"scaled_pv": True}),
+    ("some e = -1", {"scaled_pv": True, "negative_e": True}),
+    ("some e = -1 and rescale", {"scaled_pv": True, "negative_e": True, "with_rescale": True}),
+)
+
 
 def report() -> str:
-    rows = ["| kernel | P | VGPR | AGPR | SGPR | LDS bytes | waves/SIMD | workgroups/CU | matrix busy: e = 0 "
-            "| some e != 0 | e != 0 and rescale |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| kernel | P | VGPR | AGPR | SGPR | LDS bytes | waves/SIMD | workgroups/CU | "
+            + " | ".join(f"matrix busy: {title}" for title, _ in CASES) + " |", "|---" * (8 + len(CASES)) + "|"]
     notes = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, variant in VARIANTS.items():
@@ -24,12 +31,11 @@ def report() -> str:
             path = Path(tmp) / f"{name}.co"
             path.write_bytes(assemble(text))
             res = toolchain.inspect(path)["resources"]
-            cases = [schedule.analyse(text), schedule.analyse(text, scaled_pv=True),
-                     schedule.analyse(text, with_rescale=True, scaled_pv=True)]
+            cases = [schedule.analyse(text, **kw) for _, kw in CASES]
             busy = " | ".join(f"{100 * c.matrix_busy:.1f}%" for c in cases)
             rows.append(f"| {name} | {variant.p_mode} | {res['vgpr']} | {res['agpr']} | {res['sgpr']} | {res['lds']} "
                         f"| {res['waves_per_simd']} | {res['workgroups_per_cu']} | {busy} |")
-            notes += [f"{name}, e = 0: {cases[0].summary()}", f"{name}, some e != 0: {cases[1].summary()}"]
+            notes += [f"{name}, {title}: {c.summary()}" for (title, _), c in zip(CASES, cases, strict=True)]
     return "\n".join(rows + [""] + notes)
 
 

@@ -44,6 +44,8 @@ LDS_LIMIT = 163840
 TAU = 0.125  # lazy rescaling threshold (FP8), base-2 units
 LEAN_CODE_OF_ONE = 56  # e4m3 bit pattern of 1.0; the code grows by 8 per doubling
 LEAN_CODE_PER_DOUBLING = 8
+LEAN_CODE_RANGE = 64  # lean P forms z = (8y + 56) / 64, clamps it to [0, 1], then rounds 64 z to an integer
+ROUND_MAGIC = 1.5 * 2.0**23  # x + ROUND_MAGIC (|x| < 2^22) rounds x to an integer held in the low mantissa bits
 FP8_ONES = 0x38383838  # four e4m3 1.0 bytes: the A operand that turns the PV MFMA into a row sum
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -61,6 +63,8 @@ PERM_INTERLEAVE_HI = 0x07030602  # (a.b2, b.b2, a.b3, b.b3)
 PERM_HALVES_LO = 0x05040100  # (a.b0, a.b1, b.b0, b.b1)
 PERM_HALVES_HI = 0x07060302  # (a.b2, a.b3, b.b2, b.b3)
 VT_SLOTS = 2  # V^T operand slots in LDS: tile n is read while tile n+1 is written
+KEY_LOOP_UNROLL = RING_SLOTS  # key tiles per pass of the loop: every slot index is then a constant
+DS_OFFSET_LIMIT = 65535  # the 16-bit offset field of LDS instructions
 KEY_GROUP = 4  # keys per 4x4 byte transpose = V^T operand bytes per register
 MAGIC_DIV3 = (43691, 17)  # floor(x / 3) == (x * 43691) >> 17 for x < 2^15
 
@@ -196,6 +200,7 @@ class KernelGen:
         self.loads_k = ring_loads(variant.d_qk)
         self.loads_v = ring_loads(variant.d_v)
         self.loads_per_tile = self.loads_k + self.loads_v
+        self.sfx = ""  # label suffix of the key-loop copy being emitted
         for wave in range(WAVES):
             if v_share_keys(wave) != v_loaded_keys(wave, variant.d_v):
                 raise ValueError(f"{variant.name}: wave {wave} would transpose V rows it did not load itself")
@@ -214,35 +219,46 @@ class KernelGen:
         self.s_pair = r.alloc("tmp64", "s", 2, "64-bit temporary / compare mask", align=2)
         self.s_perm = r.alloc("perm_sel", "s", 4, "v_perm_b32 selectors of the V transpose")
         names = ["job", "grid", "wave", "group_b", "grp", "hk", "acc", "tile", "num_tiles", "row0", "key_tile", "key0",
-                 "active", "slot_k", "slot_vt", "soff", "lds", "tmp", "tmp2", "qd", "kd", "vd"]
+                 "active", "scaled", "soff", "lds", "share_k", "share_v", "tmp", "tmp2", "qd",
+                 "kd", "vd"]
         purposes = ["job index of this workgroup", "workgroups in the grid (the job stride)", "wave id 0-7",
                     "1 for waves 4-7 (ping-pong group B)",
                     "query heads per KV head", "KV head of the job", "division accumulator",
                     "query tile being computed", "key tiles of this query tile", "first query row of this wave",
                     "key tile index n", "first key of tile n", "1 if this wave has unmasked keys in tile n",
-                    "LDS byte offset of K slot n%4", "LDS byte offset of V^T slot n%2", "buffer soffset",
-                    "LDS destination (copied to M0)", "scalar temporary", "scalar temporary",
+                    "nonzero if some lane of tile n has e != 0 (block-scaled path)",
+                    "buffer soffset",
+                    "LDS destination (copied to M0)", "this wave's first byte in a K ring slot",
+                    "this wave's first byte in a V ring slot, plus the V ring base", "scalar temporary",
+                    "scalar temporary",
                     "q descale", "k descale", "v descale"]
         self.s = {n: r.alloc(f"s_{n}", "s", 1, p) for n, p in zip(names, purposes, strict=True)}
 
         self.v_tid = r.fixed("workitem_id", "v", 0, 1, "workitem id x (hardware)")
-        vnames = ["lane", "lane32", "half", "q_off", "k_read", "k_addr", "v_read", "vt_write", "vt_lane", "v_addr",
+        vnames = ["lane", "lane32", "half", "q_off", "k_read", "v_read", "vt_write", "vt_lane",
                   "mask_base", "thr",
-                  "o_off", "lse_off", "neg_inf", "m", "mt", "swap", "ei", "new_m", "tmp"]
+                  "o_off", "lse_off", "neg_inf", "m", "m_tau", "mt", "swap", "ei", "new_m", "tmp"]
         vpurposes = ["lane 0-63", "lane % 32: the query column of this lane", "lane / 32",
-                     "Q load offset of this lane", "K LDS read offset in a slot", "K LDS read address",
-                     "V LDS read offset of this wave's key group in a slot", "V^T LDS write offset in a slot",
-                     "V^T LDS read offset in a slot (lane * 32)", "V / V^T LDS address",
+                     "Q load offset of this lane", "K LDS read address in slot 0 (slots: + constant offsets)",
+                     "V LDS read address of this wave's key group in V slot 0",
+                     "V^T LDS write address in V^T slot 0", "V^T LDS read address in V^T slot 0 (base + lane * 32)",
                      "lane%32 - 4*half (causal mask)",
                      "mask threshold of this tile", "output store offset", "lse store offset", "-inf",
-                     "reference maximum m", "tile maximum", "partner half's maximum",
+                     "reference maximum m", "m + tau (set with m)", "tile maximum", "partner half's maximum",
                      "-e as integer", "new m", "temporary"]
         self.v = {n: r.alloc(f"v_{n}", "v", 1, p) for n, p in zip(vnames, vpurposes, strict=True)}
-        # Per-lane scalars that packed FP32 math (v_pk_*) applies to two elements: each held twice, in a pair.
-        pairs = {"c": "c = scale*log2(e)*qd*kd", "neg_m": "-m", "e": "block exponent e", "fac": "2^-e",
-                 "alpha": "lazy rescale factor 2^(m_old - m)", "eight": "8.0 (lean code step per doubling)",
-                 "lean_one": "56.0 (lean code of 1.0)", "scale": "v_descale / l (epilogue)"}
-        self.pair = {n: r.alloc(f"v_{n}2", "v", 2, f"{p}, twice", align=2) for n, p in pairs.items()}
+        # Per-lane scalars that packed FP32 math (v_pk_*) applies to two elements, in even-aligned pairs: c is held
+        # twice; the others sit in the low register (or, for the lean constants, in both) and op_sel / op_sel_hi pick
+        # the register that feeds each half.
+        pairs = {"c": "c = scale*log2(e)*qd*kd, twice", "neg_m": "-m (low register)",
+                 "e": "block exponent e (low register)", "fac": "2^-e (low register)",
+                 "alpha": "lazy rescale factor 2^(m_old - m) (low register)",
+                 "lean_z": "lean P: (1/8, 7/8): z = y/8 + 7/8 = (8y + 56) / 64",
+                 "lean_round": "lean P: (64, 1.5*2^23): 64 z + 1.5*2^23 = the code in the low byte",
+                 "scale": "v_descale / l (epilogue), twice"}
+        self.pair = {n: r.alloc(f"v_{n}2", "v", 2, p, align=2) for n, p in pairs.items()}
+        self.pair["zoff"] = r.alias("v_zoff2", self.pair["alpha"], 0, 2,
+                                    "lean P where every e >= 0: (e + 7) / 8 (after the lazy rescale)")
         self.v_kload = r.alloc("k_ring_off", "v", self.loads_k, "global offsets of this lane's K ring loads")
         self.v_vload = r.alloc("v_ring_off", "v", self.loads_v, "global offsets of this lane's V ring loads")
         self.q = r.alloc("q_op", "v", MFMA_OPERAND_REGS * k.qk_chunks, "Q^T B operands, one per 64 of d_qk",
@@ -316,8 +332,10 @@ class KernelGen:
         for i, sel in enumerate((PERM_INTERLEAVE_LO, PERM_INTERLEAVE_HI, PERM_HALVES_LO, PERM_HALVES_HI)):
             e.op("s_mov_b32", self.s_perm[i], hex(sel))
         e.op("v_mov_b32", v["neg_inf"], hex(NEG_INF))
-        for name, value in (("eight", LEAN_CODE_PER_DOUBLING), ("lean_one", LEAN_CODE_OF_ONE)):
-            for i in range(2):
+        for name, values in (("lean_z", (LEAN_CODE_PER_DOUBLING / LEAN_CODE_RANGE,
+                                          LEAN_CODE_OF_ONE / LEAN_CODE_RANGE)),
+                             ("lean_round", (LEAN_CODE_RANGE, ROUND_MAGIC))):
+            for i, value in enumerate(values):
                 e.op("v_mov_b32", self.pair[name][i], hex(f32_bits(float(value))))
         for i in range(self.ones.count):
             e.op("v_mov_b32", self.ones[i], hex(FP8_ONES))
@@ -342,11 +360,13 @@ class KernelGen:
         e.op("s_mul_i32", s["tmp2"], s["tmp2"], key_of_slot(0, KEY_GROUP))
         e.op("s_add_u32", s["tmp"], s["tmp"], s["tmp2"])
         e.op("s_mul_i32", s["tmp"], s["tmp"], k.d_v)
+        e.op("s_add_u32", s["tmp"], s["tmp"], k.v_ring_base)
         e.op("v_mul_u32_u24", v["v_read"], KEY_GROUP * k.d_v, v["half"])
         e.op("v_lshl_add_u32", v["v_read"], v["lane32"], 2, v["v_read"])
         e.op("v_add_u32", v["v_read"], s["tmp"], v["v_read"])
         e.comment("V^T slot layout: [d_v group i][lane][register g], so a lane reads its 8 registers as 32 bytes")
         e.op("v_lshlrev_b32", v["vt_lane"], (MFMA_OPERAND_REGS * 4).bit_length() - 1, v["lane"])
+        e.op("v_add_u32", v["vt_lane"], k.vt_ring_base, v["vt_lane"], note="+ V^T ring base")
         e.op("s_lshl_b32", s["tmp"], s["wave"], 2)
         e.op("v_add_u32", v["vt_write"], s["tmp"], v["vt_lane"])
         e.op("v_lshlrev_b32", v["tmp"], 2, v["half"])
@@ -369,6 +389,11 @@ class KernelGen:
             share = TILE_N * row_bytes // WAVES
             e.comment(f"ring loads of {row_bytes}-byte rows: {regs.count} x {chunk} bytes per lane")
             e.op("s_mul_i32", s["tmp"], s["wave"], share)
+            if regs is self.v_kload:
+                e.op("s_mov_b32", s["share_k"], s["tmp"], note="this wave's bytes of a K slot start here")
+            else:
+                e.op("s_add_u32", s["share_v"], s["tmp"], self.k.v_ring_base,
+                     note="this wave's bytes of a V slot start here (+ V ring base)")
             for i in range(regs.count):
                 o, key, col = v["tmp"], v["ei"], v["new_m"]
                 e.op("v_mul_u32_u24", o, chunk, v["lane"])
@@ -494,6 +519,7 @@ class KernelGen:
         for i in range(self.o.count):
             e.op("v_mov_b32", self.o[i], 0)
         e.op("v_mov_b32", v["m"], v["neg_inf"], note="m unset")
+        e.op("v_mov_b32", v["m_tau"], v["neg_inf"], note="m + tau: the first active tile always moves m")
         for i in range(self.lacc.count):
             e.op("v_mov_b32", self.lacc[i], 0)
         e.section("load ring: prologue fills slots 0-2")
@@ -505,9 +531,7 @@ class KernelGen:
                  note="this wave's share of key tile 0 (and Q) has landed")
         if "drop_barrier" not in self.faults:
             e.op("s_barrier", note="key tile 0 is complete in LDS (group A: iteration barrier of tile 0)")
-        e.op("s_mov_b32", s["tmp2"], self.k.v_ring_base)
-        e.op("s_mov_b32", s["acc"], self.k.vt_ring_base)
-        self.transpose_share(s["tmp2"], s["acc"])
+        self.transpose_share(0, 0)
         e.op("s_waitcnt", "lgkmcnt(0)", note="this wave's V^T share of tile 0 is written")
         e.comment("ping-pong: group B passes one barrier more here, group A one more after the loop")
         e.op("s_cmp_eq_u32", s["group_b"], 0)
@@ -525,20 +549,17 @@ class KernelGen:
     def ring_load(self, tile: str, slot: int | str) -> None:
         """Issue this wave's direct-to-LDS loads of key tile `tile` (SGPR) into ring slot `slot` (int or SGPR)."""
         e, s, k = self.e, self.s, self.k
-        for tensor, regs, srd, row_bytes, stride, base, tile_bytes in (
-                ("K", self.v_kload, self.srd["k"], k.d_qk, "k_stride_s", 0, k.k_tile_bytes),
-                ("V", self.v_vload, self.srd["v"], k.d_v, "v_stride_s", k.v_ring_base, k.v_tile_bytes)):
+        for tensor, regs, srd, row_bytes, stride, wave_base, tile_bytes in (
+                ("K", self.v_kload, self.srd["k"], k.d_qk, "k_stride_s", s["share_k"], k.k_tile_bytes),
+                ("V", self.v_vload, self.srd["v"], k.d_v, "v_stride_s", s["share_v"], k.v_tile_bytes)):
             chunk = ring_chunk_bytes(row_bytes)
-            share = TILE_N * row_bytes // WAVES
             e.op("s_mul_i32", s["soff"], tile, self.arg(stride))
             e.op("s_lshl_b32", s["soff"], s["soff"], TILE_N.bit_length() - 1, note="first key row of the tile")
             if isinstance(slot, int):
-                e.op("s_mov_b32", s["lds"], base + slot * tile_bytes)
+                e.op("s_add_u32", s["lds"], wave_base, slot * tile_bytes)
             else:
                 e.op("s_mul_i32", s["lds"], slot, tile_bytes)
-                e.op("s_add_u32", s["lds"], s["lds"], base)
-            e.op("s_mul_i32", s["tmp"], s["wave"], share)
-            e.op("s_add_u32", s["lds"], s["lds"], s["tmp"])
+                e.op("s_add_u32", s["lds"], s["lds"], wave_base, note="this wave's share of the slot")
             for i in range(regs.count):
                 e.op("s_mov_b32", "m0", s["lds"])
                 e.op(f"buffer_load_dword{'x4' if chunk == 16 else ''}", regs[i], srd.all, s["soff"],
@@ -547,62 +568,59 @@ class KernelGen:
                     e.op("s_add_u32", s["lds"], s["lds"], WAVE_SIZE * chunk)
 
     def key_loop(self) -> None:
+        """The key loop, unrolled by KEY_LOOP_UNROLL = RING_SLOTS: copy c handles the tiles n = c mod 4, so every K,
+        V and V^T slot is a constant LDS offset. num_tiles = 4 (tile + 1) is a multiple of the unroll factor."""
         e, s = self.e, self.s
+        assert KEY_LOOP_UNROLL == RING_SLOTS and (TILE_M // TILE_N) % KEY_LOOP_UNROLL == 0
         e.label(".Lkey_loop")
-        e.op("s_lshl_b32", s["key0"], s["key_tile"], TILE_N.bit_length() - 1)
-        e.op("s_and_b32", s["tmp"], s["key_tile"], RING_SLOTS - 1)
-        e.op("s_mul_i32", s["slot_k"], s["tmp"], self.k.k_tile_bytes)
-        e.op("s_and_b32", s["tmp"], s["key_tile"], VT_SLOTS - 1)
-        e.op("s_mul_i32", s["slot_vt"], s["tmp"], self.k.vt_slot_bytes)
-        e.op("s_add_u32", s["slot_vt"], s["slot_vt"], self.k.vt_ring_base)
-        e.op("s_add_u32", s["tmp"], s["row0"], ROWS_PER_WAVE - 1)
-        e.op("s_cmp_le_u32", s["key0"], s["tmp"])
-        e.op("s_cselect_b32", s["active"], 1, 0, note="tile n holds a key <= this wave's last query")
-        e.op("s_cbranch_scc0", ".Lqk_done")
-        self.qk()
-        e.label(".Lqk_done")
-        e.op("s_waitcnt", f"vmcnt({self.loads_per_tile}) lgkmcnt(0)",
-             note="this wave's share of tile n+1 has landed")
-        e.op("s_barrier", note="tile n+1 complete for the other group; slots of tile n-1 free")
-        e.comment(f"refill: tile min(n+{PREFETCH}, last) into slot (n+{PREFETCH})%{RING_SLOTS} (past the end: a "
-                  "harmless reload, so every iteration waits for the same count)")
-        e.op("s_add_u32", s["tmp2"], s["key_tile"], PREFETCH)
-        e.op("s_and_b32", s["lds"], s["tmp2"], RING_SLOTS - 1)
-        e.op("s_sub_u32", s["tmp"], s["num_tiles"], 1)
-        e.op("s_min_u32", s["tmp2"], s["tmp2"], s["tmp"])
-        e.op("s_mov_b32", s["acc"], s["lds"])
-        self.ring_load(s["tmp2"], s["acc"])
-        e.comment("every wave (with or without keys in tile n) writes its eighth of V^T for tile n+1 (the slot of")
-        e.comment("tile n-1, which both groups have finished)")
-        e.op("s_add_u32", s["tmp"], s["key_tile"], 1)
-        e.op("s_and_b32", s["tmp2"], s["tmp"], RING_SLOTS - 1)
-        e.op("s_mul_i32", s["tmp2"], s["tmp2"], self.k.v_tile_bytes)
-        e.op("s_add_u32", s["tmp2"], s["tmp2"], self.k.v_ring_base)
-        e.op("s_and_b32", s["acc"], s["tmp"], VT_SLOTS - 1)
-        e.op("s_mul_i32", s["acc"], s["acc"], self.k.vt_slot_bytes)
-        e.op("s_add_u32", s["acc"], s["acc"], self.k.vt_ring_base)
-        self.transpose_share(s["tmp2"], s["acc"])
-        e.op("s_cmp_eq_u32", s["active"], 0)
-        e.op("s_cbranch_scc1", ".Lpv_done")
-        self.softmax()
-        self.pv()
-        e.label(".Lpv_done")
-        e.op("s_waitcnt", "lgkmcnt(0)", note="V^T share of tile n+1 written")
-        e.op("s_barrier", note="this group is done with tile n")
-        e.op("s_add_u32", s["key_tile"], s["key_tile"], 1)
+        for copy in range(KEY_LOOP_UNROLL):
+            self.sfx = f"_{copy}"
+            self.key_tile_body(copy)
+        self.sfx = ""
         e.op("s_cmp_lt_u32", s["key_tile"], s["num_tiles"])
         e.op("s_cbranch_scc1", ".Lkey_loop")
 
-    def qk(self) -> None:
+    def key_tile_body(self, copy: int) -> None:
+        e, s, sfx = self.e, self.s, self.sfx
+        e.section(f"key tile n = {copy} mod {KEY_LOOP_UNROLL}: K slot {copy}, V^T slot {copy % VT_SLOTS}")
+        e.op("s_lshl_b32", s["key0"], s["key_tile"], TILE_N.bit_length() - 1)
+        e.op("s_add_u32", s["tmp"], s["row0"], ROWS_PER_WAVE - 1)
+        e.op("s_cmp_le_u32", s["key0"], s["tmp"])
+        e.op("s_cselect_b32", s["active"], 1, 0, note="tile n holds a key <= this wave's last query")
+        e.op("s_cbranch_scc0", f".Lqk_done{sfx}")
+        self.qk(copy % RING_SLOTS)
+        e.label(f".Lqk_done{sfx}")
+        e.op("s_waitcnt", f"vmcnt({self.loads_per_tile}) lgkmcnt(0)",
+             note="this wave's share of tile n+1 has landed")
+        e.op("s_barrier", note="tile n+1 complete for the other group; slots of tile n-1 free")
+        refill = (copy + PREFETCH) % RING_SLOTS
+        e.comment(f"refill: tile min(n+{PREFETCH}, last) into slot {refill} (past the end: a harmless reload, so "
+                  "every iteration waits for the same count)")
+        e.op("s_add_u32", s["tmp2"], s["key_tile"], PREFETCH)
+        e.op("s_sub_u32", s["tmp"], s["num_tiles"], 1)
+        e.op("s_min_u32", s["tmp2"], s["tmp2"], s["tmp"])
+        self.ring_load(s["tmp2"], refill)
+        e.comment("every wave (with or without keys in tile n) writes its eighth of V^T for tile n+1 (the slot of")
+        e.comment("tile n-1, which both groups have finished)")
+        self.transpose_share((copy + 1) % RING_SLOTS, (copy + 1) % VT_SLOTS)
+        e.op("s_cmp_eq_u32", s["active"], 0)
+        e.op("s_cbranch_scc1", f".Lpv_done{sfx}")
+        self.softmax()
+        self.pv(copy % VT_SLOTS)
+        e.label(f".Lpv_done{sfx}")
+        e.op("s_waitcnt", "lgkmcnt(0)", note="V^T share of tile n+1 written")
+        e.op("s_barrier", note="this group is done with tile n")
+        e.op("s_add_u32", s["key_tile"], s["key_tile"], 1)
+
+    def qk(self, slot: int) -> None:
         e, v, k = self.e, self.v, self.k
         e.section("QK: S^T = K Q^T for the two 32-key halves of tile n (K from LDS is the A operand)")
-        e.op("v_add_u32", v["k_addr"], self.s["slot_k"], v["k_read"])
         for j in range(2):
             for c in range(k.qk_chunks):
                 base = (j * k.qk_chunks + c) * MFMA_OPERAND_REGS
                 for part in range(2):
-                    e.op("ds_read_b128", self.kop.span(base + 4 * part, 4), v["k_addr"],
-                         mods=f"offset:{MFMA_ROWS * j * k.d_qk + MFMA_K * c + 32 * part}")
+                    e.op("ds_read_b128", self.kop.span(base + 4 * part, 4), v["k_read"],
+                         mods=self._ds_offset(slot * k.k_tile_bytes + MFMA_ROWS * j * k.d_qk + MFMA_K * c + 32 * part))
         e.op("s_waitcnt", "lgkmcnt(0)")
         e.op("s_setprio", 1, note="matrix phase: let this wave win issue over its partner")
         for j in range(2):
@@ -624,7 +642,7 @@ class KernelGen:
         e.comment("causal mask only where the tile reaches past this wave's first query")
         e.op("s_add_u32", s["tmp"], s["key0"], TILE_N - 1)
         e.op("s_cmp_le_u32", s["tmp"], s["row0"])
-        e.op("s_cbranch_scc1", ".Lmask_done")
+        e.op("s_cbranch_scc1", f".Lmask_done{self.sfx}")
         e.op("s_sub_u32", s["tmp"], s["key0"], s["row0"])
         e.op("v_sub_u32", v["thr"], v["mask_base"], s["tmp"], note="query - key of slot 0, per lane")
         for j in range(2):
@@ -632,7 +650,7 @@ class KernelGen:
                 key_rel = MFMA_ROWS * j + 8 * (r // 4) + r % 4
                 e.op("v_cmp_le_i32", "vcc", key_rel, v["thr"])
                 e.op("v_cndmask_b32", x[MFMA_ACC_REGS * j + r], v["neg_inf"], x[MFMA_ACC_REGS * j + r], "vcc")
-        e.label(".Lmask_done")
+        e.label(f".Lmask_done{self.sfx}")
         e.comment("tile maximum over this lane's 32 keys, then the other half-wave's 32")
         e.op("v_max3_f32", v["mt"], x[0], x[1], x[2])
         rest = x[3:]
@@ -645,65 +663,107 @@ class KernelGen:
         e.op("v_permlane32_swap_b32", v["swap"], v["swap"])
         e.op("v_max_f32", v["mt"], v["mt"], v["swap"])
         e.comment("lazy rescale: only rows whose maximum grew by more than tau move m (and scale O, l)")
-        e.op("v_add_f32", v["tmp"], hex(f32_bits(TAU)), v["m"])
-        e.op("v_cmp_gt_f32", self.s_pair.all, v["mt"], v["tmp"])
+        e.op("v_cmp_gt_f32", self.s_pair.all, v["mt"], v["m_tau"], note="mt > m + tau")
         e.op("s_or_b32", s["tmp"], self.s_pair[0], self.s_pair[1])
-        e.op("s_cbranch_scc0", ".Lrescale_done")
+        e.op("s_cbranch_scc0", f".Lrescale_done{self.sfx}")
         alpha = pr["alpha"]
         e.op("v_cndmask_b32", v["new_m"], v["m"], v["mt"], self.s_pair.all)
         e.op("v_sub_f32", v["tmp"], v["m"], v["new_m"])
         e.op("v_mov_b32", v["m"], v["new_m"])
+        e.op("v_add_f32", v["m_tau"], hex(f32_bits(TAU)), v["m"], note="m + tau and -m change only here")
+        e.op("v_sub_f32", pr["neg_m"][0], 0, v["m"], note="m is finite here: every active tile has a key")
         e.op("v_exp_f32", alpha[0], v["tmp"], note="2^(m_old - m): 1 where unchanged, 0 on the first tile")
-        e.op("v_mov_b32", alpha[1], alpha[0])
         for i in range(0, self.o.count, 2):
-            e.op("v_pk_mul_f32", self.o.span(i, 2), alpha.all, self.o.span(i, 2))
+            e.op("v_pk_mul_f32", self.o.span(i, 2), alpha.all, self.o.span(i, 2), mods="op_sel_hi:[0,1]")
         e.op("v_mul_f32", self.l, alpha[0], self.l)
-        e.label(".Lrescale_done")
+        e.label(f".Lrescale_done{self.sfx}")
         e.comment("block exponent e = floor(m - mb) (the tile is one 64-key block); y = (x - m) + e <= 0")
+        e.comment("(op_sel_hi:[1,0]: the low register of a pair feeds both halves of a packed operation)")
         e.op("v_sub_f32", pr["e"][0], v["m"], v["mt"])
         e.op("v_floor_f32", pr["e"][0], pr["e"][0])
-        e.op("v_mov_b32", pr["e"][1], pr["e"][0])
-        e.op("v_sub_f32", pr["neg_m"][0], 0, v["m"], note="m is finite here: every active tile has a key")
-        e.op("v_mov_b32", pr["neg_m"][1], pr["neg_m"][0])
+        e.op("v_cmp_ne_u32", self.s_pair.all, 0, pr["e"][0], note="e is +0.0 or a nonzero integer")
+        e.op("s_or_b32", s["scaled"], self.s_pair[0], self.s_pair[1], note="kept for PV: scc = some lane has e != 0")
         for r in xp:
-            e.op("v_pk_add_f32", r, r, pr["neg_m"].all)
-            e.op("v_pk_add_f32", r, r, pr["e"].all)
+            e.op("v_pk_add_f32", r, r, pr["neg_m"].all, mods="op_sel_hi:[1,0]", note="x - m")
+        e.comment("where e = 0 on every lane, y = x - m exactly and 2^-e = 1 is never needed")
+        e.op("s_cmp_lg_u32", s["scaled"], 0, note="scc = some lane has e != 0")
         if self.k.p_mode == "lean":
-            e.comment("lean P: code = max(0, rne(8*y + 56)) is the e4m3 bit pattern of ~2^y; the unsigned")
-            e.comment("conversion clamps negative values (and -inf) to code 0")
-            for r in xp:
-                e.op("v_pk_fma_f32", r, r, pr["eight"].all, pr["lean_one"].all)
-            for r in x:
-                e.op("v_rndne_f32", r, r)
-                e.op("v_cvt_u32_f32", r, r)
-            for g in range(self.p.count):
-                b = x[4 * g:4 * g + 4]
-                e.op("v_lshl_or_b32", self.p[g], b[1], 8, b[0])
-                e.op("v_lshl_or_b32", self.p[g], b[2], 16, self.p[g])
-                e.op("v_lshl_or_b32", self.p[g], b[3], 24, self.p[g])
-        else:
-            e.comment("exact P: P8 = e4m3(2^y), round to nearest even")
-            for r in x:
-                e.op("v_exp_f32", r, r)
-            for g in range(self.p.count):
-                b = x[4 * g:4 * g + 4]
-                e.op("v_cvt_pk_fp8_f32", self.p[g], b[0], b[1])
-                e.op("v_cvt_pk_fp8_f32", self.p[g], b[2], b[3], mods="op_sel:[0,0,1]")
-        e.op("v_cvt_i32_f32", v["ei"], pr["e"][0])
-        e.op("v_sub_u32", v["ei"], 0, v["ei"])
-        e.op("v_ldexp_f32", pr["fac"][0], 1.0, v["ei"], note="2^-e, exact")
-        e.op("v_mov_b32", pr["fac"][1], pr["fac"][0])
+            self._lean_p(x, xp)
+            return
+        e.op("s_cbranch_scc0", f".Lblock_exp_done{self.sfx}")
+        self._block_factor()
+        for r in xp:
+            e.op("v_pk_add_f32", r, r, pr["e"].all, mods="op_sel_hi:[1,0]", note="(x - m) + e")
+        e.label(f".Lblock_exp_done{self.sfx}")
+        e.comment("exact P: P8 = e4m3(2^y), round to nearest even")
+        for r in x:
+            e.op("v_exp_f32", r, r)
+        for g in range(self.p.count):
+            b = x[4 * g:4 * g + 4]
+            e.op("v_cvt_pk_fp8_f32", self.p[g], b[0], b[1])
+            e.op("v_cvt_pk_fp8_f32", self.p[g], b[2], b[3], mods="op_sel:[0,0,1]")
 
-    def transpose_share(self, v_slot: str, vt_slot: str) -> None:
+    def _block_factor(self) -> None:
+        e, pr = self.e, self.pair
+        e.op("v_cvt_i32_f32", self.v["ei"], f"-{pr['e'][0]}", note="-e as an integer")
+        e.op("v_ldexp_f32", pr["fac"][0], 1.0, self.v["ei"], note="2^-e, exact")
+
+    def _lean_p(self, x: list[str], xp: list[str]) -> None:
+        """code = max(0, rne(8y + 56)) in two packed FMAs per element pair and 3 byte permutes per 4 codes.
+
+        z = fl(y/8 + 7/8) = fl(8y + 56) / 64 exactly (scaling by a power of two commutes with rounding; 8y + 56 is
+        far from FP32's subnormal range), so z carries the model's one FP32 rounding of 8y + 56. The clamp modifier
+        limits z to [0, 1]: negative values and -inf become 0, which is the model's max(0, .) because rne of a
+        negative value is <= 0, and y <= 0 keeps z <= 7/8. Then 64 z (exact) + 1.5*2^23 rounds to nearest even
+        onto the integer grid of [2^23, 2^24): the FP32 result is 0x4B400000 + code, so its low byte is the code."""
+        e, s, pr = self.e, self.s, self.pair
+        e.comment("lean P: z = clamp((8y + 56) / 64, 0, 1), then 64 z + 1.5*2^23 holds rne(8y + 56) in its low")
+        e.comment("byte; v_perm_b32 gathers the low bytes of 4 results into one P register")
+
+        def z_step(offset: str, sel: str, note: str) -> None:
+            for r in xp:
+                e.op("v_pk_fma_f32", r, r, pr["lean_z"].all, offset, mods=f"op_sel:[0,0,{sel[0]}] "
+                     f"op_sel_hi:[1,0,{sel[1]}] clamp", note=note)
+
+        e.op("s_cbranch_scc0", f".Lexp_zero{self.sfx}")
+        self._block_factor()
+        e.op("v_cmp_gt_f32", self.s_pair.all, 0, pr["e"][0], note="e = -1: the block maximum exceeds m (by <= tau)")
+        e.op("s_or_b32", s["tmp"], self.s_pair[0], self.s_pair[1])
+        e.op("s_cbranch_scc1", f".Lexp_negative{self.sfx}")
+        e.comment("every e >= 0: t = x - m <= -e, so t + e is exact (|t + e| <= |t|, e an integer), and with it")
+        e.comment("z = t/8 + (e + 7)/8 (exact offset for e < 2^24 - 7; larger e has 2^-e = 0): one FMA for y and z")
+        e.op("v_fma_f32", pr["zoff"][0], pr["e"][0], pr["lean_z"][0], pr["lean_z"][1], note="(e + 7) / 8")
+        z_step(pr["zoff"].all, "00", "z = (x - m) / 8 + (e + 7) / 8 in [0, 1]")
+        e.op("s_branch", f".Lz_done{self.sfx}")
+        e.label(f".Lexp_negative{self.sfx}")
+        e.comment("some e = -1: y = (x - m) + e rounds in general, so as the model: y first, then z")
+        for r in xp:
+            e.op("v_pk_add_f32", r, r, pr["e"].all, mods="op_sel_hi:[1,0]", note="y = (x - m) + e")
+        z_step(pr["lean_z"].all, "11", "z = y * 1/8 + 7/8 in [0, 1]")
+        e.op("s_branch", f".Lz_done{self.sfx}")
+        e.label(f".Lexp_zero{self.sfx}")
+        z_step(pr["lean_z"].all, "11", "z = y * 1/8 + 7/8 in [0, 1] (y = x - m)")
+        e.label(f".Lz_done{self.sfx}")
+        for r in xp:
+            e.op("v_pk_fma_f32", r, r, pr["lean_round"].all, pr["lean_round"].all,
+                 mods="op_sel:[0,0,1] op_sel_hi:[1,0,1]", note="z * 64 + 1.5*2^23 = 0x4B400000 + code")
+        gather, halves = self.s_perm[0], self.s_perm[2]
+        for g in range(self.p.count):
+            b = x[4 * g:4 * g + 4]
+            e.op("v_perm_b32", b[0], b[1], b[0], gather, note="bytes 0-1: codes of keys 4g, 4g+1")
+            e.op("v_perm_b32", b[2], b[3], b[2], gather, note="bytes 0-1: codes of keys 4g+2, 4g+3")
+            e.op("v_perm_b32", self.p[g], b[2], b[0], halves, note="4 codes, key order")
+
+    def transpose_share(self, v_slot: int, vt_slot: int) -> None:
         """Write this wave's eighth of V^T: operand register g = wave of every d_v group, for every lane.
 
-        v_slot / vt_slot: SGPRs with the LDS byte offsets of the V tile and of the V^T slot to fill."""
+        v_slot / vt_slot: the V ring slot holding the tile and the V^T slot to fill."""
         e, v, k = self.e, self.v, self.k
-        e.comment("V^T share: 4 keys x 4 columns per lane, a 4x4 byte transpose (8 v_perm_b32), 4 writes")
-        e.op("v_add_u32", v["v_addr"], v_slot, v["v_read"])
+        e.comment(f"V^T share: V slot {v_slot} -> V^T slot {vt_slot}: 4 keys x 4 columns per lane, a 4x4 byte "
+                  "transpose (8 v_perm_b32), 4 writes")
         a = [self.vraw[kk] for kk in range(KEY_GROUP)]
         for kk in range(KEY_GROUP):
-            e.op("ds_read_b32", a[kk], v["v_addr"], mods=f"offset:{kk * k.d_v}")
+            e.op("ds_read_b32", a[kk], v["v_read"], mods=self._ds_offset(v_slot * k.v_tile_bytes + kk * k.d_v))
         e.op("s_waitcnt", "lgkmcnt(0)")
         t = [self.tr[i] for i in range(4)]
         sel_lo, sel_hi, half_lo, half_hi = (self.s_perm[i] for i in range(4))
@@ -715,30 +775,34 @@ class KernelGen:
         e.op("v_perm_b32", a[1], t[2], t[0], half_hi)
         e.op("v_perm_b32", a[2], t[3], t[1], half_lo)
         e.op("v_perm_b32", a[3], t[3], t[1], half_hi)
-        e.op("v_add_u32", v["v_addr"], vt_slot, v["vt_write"])
         for i in range(k.d_v // MFMA_ROWS):
-            e.op("ds_write_b32", v["v_addr"], a[i], mods=f"offset:{i * k.vt_group_bytes}")
+            e.op("ds_write_b32", v["vt_write"], a[i], mods=self._ds_offset(vt_slot * k.vt_slot_bytes
+                                                                            + i * k.vt_group_bytes))
 
-    def pv(self) -> None:
+    @staticmethod
+    def _ds_offset(offset: int) -> str:
+        if not 0 <= offset <= DS_OFFSET_LIMIT:
+            raise ValueError(f"LDS offset {offset} does not fit the 16-bit offset field")
+        return f"offset:{offset}"
+
+    def pv(self, vt_slot: int) -> None:
         e, v, k = self.e, self.v, self.k
         e.section("PV: O^T += 2^-e * V^T P8^T per d_v group; l += 2^-e * (ones^T P8^T)")
-        e.op("v_add_u32", v["v_addr"], self.s["slot_vt"], v["vt_lane"])
         for i in range(self.va.count // MFMA_OPERAND_REGS):
             for part in range(2):
-                e.op("ds_read_b128", self.va.span(MFMA_OPERAND_REGS * i + 4 * part, 4), v["v_addr"],
-                     mods=f"offset:{i * k.vt_group_bytes + 16 * part}")
+                e.op("ds_read_b128", self.va.span(MFMA_OPERAND_REGS * i + 4 * part, 4), v["vt_lane"],
+                     mods=self._ds_offset(vt_slot * k.vt_slot_bytes + i * k.vt_group_bytes + 16 * part))
         e.op("s_waitcnt", "lgkmcnt(0)")
         e.op("s_setprio", 1)
         operands = [self.va.span(MFMA_OPERAND_REGS * i, MFMA_OPERAND_REGS) for i in range(4)] + [self.ones.all]
         e.comment("e = 0 on every lane (the common case): 2^-e = 1, so the MFMAs accumulate into O and l directly")
-        e.op("v_cmp_ne_u32", self.s_pair.all, 0, self.pair["e"][0], note="e is +0.0 or a nonzero integer")
-        e.op("s_or_b32", self.s["tmp"], self.s_pair[0], self.s_pair[1])
-        e.op("s_cbranch_scc1", ".Lpv_scaled")
+        e.op("s_cmp_lg_u32", self.s["scaled"], 0, note="set in the softmax: some lane has e != 0")
+        e.op("s_cbranch_scc1", f".Lpv_scaled{self.sfx}")
         for i, a in enumerate(operands):
             acc = self.lacc.all if i == 4 else self.o.span(MFMA_ACC_REGS * i, MFMA_ACC_REGS)
             e.op(MFMA, acc, a, self.p.all, acc, note="row sum" if i == 4 else f"d_v columns 4*row + {i}")
-        e.op("s_branch", ".Lpv_end")
-        e.label(".Lpv_scaled")
+        e.op("s_branch", f".Lpv_end{self.sfx}")
+        e.label(f".Lpv_scaled{self.sfx}")
         e.comment("some lane has e != 0: block products into a buffer, then O += 2^-e * product (exact scaling)")
         for i, a in enumerate(operands):
             e.op(MFMA, self.part.span(MFMA_ACC_REGS * (i % 2), MFMA_ACC_REGS), a, self.p.all, 0,
@@ -746,7 +810,7 @@ class KernelGen:
             if i:
                 self._accumulate(i - 1)
         self._accumulate(len(operands) - 1)
-        e.label(".Lpv_end")
+        e.label(f".Lpv_end{self.sfx}")
         e.op("s_setprio", 0)
 
     def _accumulate(self, i: int) -> None:
@@ -757,7 +821,7 @@ class KernelGen:
             return
         for r in range(0, MFMA_ACC_REGS, 2):
             o = self.o.span(MFMA_ACC_REGS * i + r, 2)
-            e.op("v_pk_fma_f32", o, self.part.span(base + r, 2), fac.all, o)
+            e.op("v_pk_fma_f32", o, self.part.span(base + r, 2), fac.all, o, mods="op_sel_hi:[1,0,1]")
 
     def epilogue(self) -> None:
         e, s, v, scale = self.e, self.s, self.v, self.pair["scale"]

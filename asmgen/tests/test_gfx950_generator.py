@@ -9,11 +9,14 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from asmgen import build as build_driver
 from asmgen import gfx950
 from asmgen.gfx950 import hazards, kernel, schedule, toolchain
+from zyfa import numerics
 
 pytestmark = pytest.mark.skipif(not all(shutil.which(t) for t in ("clang-22", "llvm-readelf-22", "llvm-objdump-22")),
                                 reason="LLVM 22 assembles and reads the gfx950 code objects")
@@ -163,8 +166,9 @@ def test_sections_and_ring_structure(name):
     assert f"s_waitcnt vmcnt({(kernel.PREFETCH - 1) * loads})" in t
     assert f"s_waitcnt vmcnt({loads})" in t
     mfmas = sum(1 for line in t.splitlines() if line.strip().startswith(kernel.MFMA))
-    # QK of two key halves; PV of 4 d_v groups and one row-sum MFMA, on the e = 0 path and on the scaled path
-    assert mfmas == 2 * v.qk_chunks + 2 * 5
+    # per copy of the unrolled key loop: QK of two key halves; PV of 4 d_v groups and one row-sum MFMA, on the
+    # e = 0 path and on the scaled path
+    assert mfmas == kernel.KEY_LOOP_UNROLL * (2 * v.qk_chunks + 2 * 5)
 
 
 @pytest.mark.parametrize("fault,removed", [("drop_waitcnt", "s_waitcnt vmcnt("), ("drop_barrier", "s_barrier")])
@@ -221,3 +225,51 @@ def test_each_wave_transposes_the_v_rows_it_loads():
     """Under the ping-pong offset only a wave's own group has passed its load wait when V^T is built."""
     for wave in range(kernel.WAVES):
         assert kernel.v_share_keys(wave) == kernel.v_loaded_keys(wave, 128) == set(range(8 * wave, 8 * wave + 8))
+
+
+def _fma32(a, b, c):
+    """fl32(a*b + c) for the operands below: a*b and the sum are exact in float64 (their bits span < 53), so the
+    one float32 rounding is the FMA's."""
+    return (np.float64(a) * np.float64(b) + np.float64(c)).astype(np.float32)
+
+
+def _lean_codes_as_the_kernel(z):
+    """The kernel's lean-P tail from z = fl(y/8 + 7/8): clamp to [0, 1], 64 z + 1.5*2^23, the low byte."""
+    z = np.clip(z, np.float32(0), np.float32(1)).astype(np.float32)
+    w = _fma32(z, np.float32(kernel.LEAN_CODE_RANGE), np.float32(kernel.ROUND_MAGIC))
+    return (w.view(np.uint32) & 0xFF).astype(np.uint8)
+
+
+def test_lean_code_sequence_equals_the_model():
+    """max(0, rne(8y + 56)) from two FMAs with clamp and the magic constant, bit for bit as zyfa.numerics, ties
+    and the clamp included; and the folded form for e >= 0 (z = (x - m)/8 + (e + 7)/8) equals y = (x - m) + e."""
+    rng = np.random.default_rng(0)
+    halves = ((np.arange(-80, 8) + 0.5 - kernel.LEAN_CODE_OF_ONE) / 8).astype(np.float32)  # 8y + 56 half-integers
+    near = np.concatenate([halves, np.nextafter(halves, np.float32(-np.inf)), np.nextafter(halves, np.float32(np.inf))])
+    y = np.concatenate([rng.uniform(-12, 0, 200_000), -rng.exponential(1.0, 100_000), near,
+                        [0.0, -np.inf, -1e30, -7.0625, -2.0**-20]]).astype(np.float32)
+    y = y[(y == 0) | (np.abs(y) >= 2.0**-20)]
+    model = numerics.lean_codes(torch.from_numpy(y)).numpy()
+    z = _fma32(y, np.float32(1 / 8), np.float32(7 / 8))
+    assert np.array_equal(_lean_codes_as_the_kernel(z), model)
+
+    for e in (0, 1, 2, 3, 7, 20, 1000):
+        t = (-e - rng.uniform(0, 12, 50_000)).astype(np.float32)  # x - m <= -e for every key of the block
+        t = np.concatenate([t, (near - e).astype(np.float32), [np.float32(-e), np.float32(-np.inf)]])
+        y_model = (t + np.float32(e)).astype(np.float32)
+        assert np.array_equal(y_model.astype(np.float64), t.astype(np.float64) + e)  # exact, as the kernel assumes
+        z_fold = _fma32(t, np.float32(1 / 8), _fma32(np.float32(e), np.float32(1 / 8), np.float32(7 / 8)))
+        assert np.array_equal(_lean_codes_as_the_kernel(z_fold), numerics.lean_codes(torch.from_numpy(y_model)).numpy())
+
+
+def test_schedule_cases_order_and_paths():
+    """The e = 0 path is the shortest; the folded e >= 0 path skips y's 16 packed adds that e = -1 needs."""
+    t = text("fp8_d128")
+    cases = [schedule.analyse(t), schedule.analyse(t, scaled_pv=True),
+             schedule.analyse(t, scaled_pv=True, negative_e=True),
+             schedule.analyse(t, scaled_pv=True, negative_e=True, with_rescale=True)]
+    cycles = [c.other_cycles for c in cases]
+    assert cycles == sorted(cycles)
+    assert cases[2].counts["valu"] - cases[1].counts["valu"] == 16 - 1  # y adds, less the (e + 7)/8 FMA
+    body = schedule.steady_state_body(t)
+    assert not any(line.startswith(("v_rndne_f32", "v_cvt_u32_f32")) for line in body)
