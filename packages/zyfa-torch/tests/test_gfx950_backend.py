@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
+import zyfa_kernels
 from zyfa import jobs as job_tables
 from zyfa.backends import gfx950
 
-zyfa_kernels = pytest.importorskip("zyfa_kernels")
 FP8 = torch.float8_e4m3fn
 GRID = 256
 THREADS = 512

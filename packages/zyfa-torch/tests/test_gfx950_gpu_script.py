@@ -23,10 +23,6 @@ sys.path.insert(0, str(CI))
 import gfx950_validation as cfg  # noqa: E402
 import gpu_target  # noqa: E402
 
-pytest.importorskip("zyfa_kernels")
-pytest.importorskip("zyfa_tools")
-
-
 # ---- detection --------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("hip,arch,capability,target", [
