@@ -6,8 +6,13 @@ benchmark (benchmarks/sm90a_bf16.py) and the GPU check (ci/gpu_check.py --varian
 Variants of each kernel: no intra-warpgroup overlap (QK^T of the next tile waits for P V of the current one),
 neither overlap nor ping-pong, x - m with the model's two roundings instead of one FMA, a ring one stage deeper
 where shared memory allows, and 2, 4 or 6 of the 16 groups of four scores per thread and tile with their
-exponentials on the FMA pipe (polyN). By default only the ping-pong kernels get variants. They are for measurement
-only and never shipped.
+exponentials on the FMA pipe (polyN). Candidates for the d=128 target (docs/sm90a.md, "Prepared for the next run"):
+the softmax pinned ahead of the P V wait (pin), with wgmma descriptors advanced by one add (pin_desc), and with
+double-buffered P fragments on top (pin_p2_desc, d_qk = 128 only: it spills at 192). By default only the ping-pong
+kernels get variants. They are for measurement only and never shipped.
+
+ci/gpu.sh runs this script with the folder alone; env SM90A_VARIANT_ARGS supplies further arguments there, e.g.
+SM90A_VARIANT_ARGS="--only pin pin_desc --d-qk 128 --schedules pingpong independent".
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -28,13 +35,19 @@ VARIANTS = {
     "serial": {"overlap": False, "pingpong": False},
     "model_scale": {"fma_scale": False},
     **{f"poly{n}": {"poly_exp2_groups": n} for n in POLY_EXP2_GROUPS},
+    "pin": {"pin_softmax": True},
+    "pin_desc": {"pin_softmax": True, "desc_add": True},
+    "pin_p2_desc": {"pin_softmax": True, "desc_add": True, "double_p": True},
 }
+# Variants that fit the 240 consumer registers only at this d_qk (the others spill, which fails the build).
+ONLY_AT_D_QK = {"pin_p2_desc": 128}
 DEEPER = f"stages{sm90a.STAGES + 1}"
 
 
 def variants_of(kernel: dict, names) -> list[tuple[str, dict, dict]]:
     """(suffix, manifest entry to build from, build keywords) for the wanted variants of one shipped kernel."""
-    out = [(suffix, kernel, flags) for suffix, flags in VARIANTS.items() if suffix in names]
+    out = [(suffix, kernel, flags) for suffix, flags in VARIANTS.items()
+           if suffix in names and ONLY_AT_D_QK.get(suffix, kernel["d_qk"]) == kernel["d_qk"]]
     deeper = {**kernel, "stages": sm90a.STAGES + 1}
     deeper["shared_bytes"] = sm90a.dynamic_shared_bytes(kernel["d_qk"], kernel["d_v"], deeper["stages"]) \
         + sm90a.RESERVED_SHARED
@@ -49,7 +62,8 @@ def main() -> int:
     ap.add_argument("--only", nargs="+", choices=[*VARIANTS, DEEPER], help="variants to build (default: all)")
     ap.add_argument("--d-qk", type=int, nargs="+", help="head dims to build variants of (default: all)")
     ap.add_argument("--schedules", nargs="+", choices=sm90a.SCHEDULES, default=["pingpong"])
-    args = ap.parse_args()
+    # after the command line: its folder must come before the options that take several values
+    args = ap.parse_args(sys.argv[1:] + shlex.split(os.environ.get("SM90A_VARIANT_ARGS", "")))
     names = set(args.only or [*VARIANTS, DEEPER])
     root = Path(args.folder)
     root.mkdir(parents=True, exist_ok=True)

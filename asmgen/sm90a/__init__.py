@@ -118,9 +118,21 @@ KERNELS: list[dict] = [_kernel(d_qk, d_v, tau, schedule) for d_qk, d_v, tau in (
 # (docs/sm90a.md, "Exponentials on the FMA pipe"); benchmarks/sm90a_variants.py builds the others.
 POLY_EXP2_GROUPS = 0
 
+# Whether the kernel ties the softmax to a barrier arrive ahead of the P V wait so that ptxas keeps it under the
+# running P V (ZYFA_PIN_SOFTMAX in attention_fwd.cu): off in the shipped kernels until measured (docs/sm90a.md,
+# "Prepared for the next run"); benchmarks/sm90a_variants.py builds it.
+PIN_SOFTMAX = False
+# Whether P fragments are double-buffered so their BF16 packing runs ahead of the P V wait (ZYFA_DOUBLE_P): off in
+# the shipped kernels until measured; a variant of benchmarks/sm90a_variants.py.
+DOUBLE_P = False
+# Whether wgmma descriptors are advanced from a tile's base descriptor by one add (ZYFA_DESC_ADD) instead of
+# encoded per wgmma: off in the shipped kernels until measured; a variant of benchmarks/sm90a_variants.py.
+DESC_ADD = False
+
 
 def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None, fma_scale: bool = True,
-            poly_exp2_groups: int = POLY_EXP2_GROUPS) -> list[str]:
+            poly_exp2_groups: int = POLY_EXP2_GROUPS, pin_softmax: bool = PIN_SOFTMAX,
+            double_p: bool = DOUBLE_P, desc_add: bool = DESC_ADD) -> list[str]:
     """Preprocessor configuration of one kernel; the keywords give the variants the benchmark compares (pingpong
     defaults to the kernel's schedule)."""
     if pingpong is None:
@@ -136,6 +148,9 @@ def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None,
         f"-DZYFA_PINGPONG={int(pingpong)}",
         f"-DZYFA_FMA_SCALE={int(fma_scale)}",
         f"-DZYFA_POLY_EXP2_GROUPS={int(poly_exp2_groups)}",
+        f"-DZYFA_PIN_SOFTMAX={int(pin_softmax)}",
+        f"-DZYFA_DOUBLE_P={int(double_p)}",
+        f"-DZYFA_DESC_ADD={int(desc_add)}",
     ]
 
 

@@ -20,6 +20,22 @@
 //   ZYFA_POLY_EXP2_GROUPS  how many of the 16 groups of four scores a thread holds per key tile take their
 //                  exponentials from the FMA-pipe polynomial (exp2_poly) instead of ex2 (MUFU), except in a query
 //                  tile's first and diagonal key tiles (0 in the shipped kernels: measured slower, docs/sm90a.md)
+//   ZYFA_PIN_SOFTMAX  keep the softmax ahead of the P V wait in the SASS (1), or leave its place to ptxas (0, the
+//                  shipped kernels). ptxas sees no dependency between the softmax and `wgmma.wait_group` and sinks
+//                  the exponentials, row sums and the quad reduction past the wait, so only the local row maxima
+//                  overlap P V. With 1, the release of the K slot moves from just after the S wait to just before
+//                  the P V wait and its barrier address is made to depend on the row sums (a select ptxas cannot
+//                  fold). ptxas keeps that mbarrier arrive (a shared-memory operation) ahead of the wait, and so
+//                  the softmax it depends on. Costs 2 instructions (FADD, select) per tile; see docs/sm90a.md.
+//   ZYFA_DESC_ADD  build each wgmma's shared-memory descriptors by adding the step's offset to a tile's base
+//                  descriptor (one 32-bit add, smem_desc_advance) instead of encoding each from its address (0,
+//                  the shipped kernels: about five integer instructions and an extra R2UR per wgmma, on the
+//                  GEMM-issue path that the other consumer waits behind under ping-pong)
+//   ZYFA_DOUBLE_P  two sets of P fragments used in turn (1), or one (0, the shipped kernels): with two, the BF16
+//                  packing of tile j's P goes ahead of the P V wait (P V of tile j-1 reads the other set), leaving
+//                  only the rescale of O after it; costs 32 registers and a loop unrolled by two. Needs
+//                  ZYFA_PIN_SOFTMAX: the pinned barrier address then also depends on the OR of the packed
+//                  fragments, otherwise ptxas sinks the packing past the wait again.
 
 #include "ptx.cuh"
 
@@ -46,6 +62,9 @@ constexpr uint32_t kPingBarrier = 1;  // named barriers 1 and 2: one per consume
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kTau = ZYFA_TAU;  // rescale threshold of the lazy row maximum, base-2 units
 constexpr int kPolyExp2Groups = ZYFA_POLY_EXP2_GROUPS;
+constexpr bool kPinSoftmax = ZYFA_PIN_SOFTMAX != 0;
+constexpr bool kDoubleP = ZYFA_DOUBLE_P != 0;
+constexpr bool kDescAdd = ZYFA_DESC_ADD != 0;
 
 template <int D_QK, int D_V, int STAGES>
 struct SharedLayout {
@@ -236,6 +255,25 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float
   }
 }
 
+// `bar`, made to depend on every probability of the tile for ptxas (ZYFA_PIN_SOFTMAX): the row sums are sums of
+// values >= +0, or a NaN, which FP32 arithmetic returns as the canonical 0x7FFFFFFF, so their sum never has the
+// sign bit set and the select always yields `bar`; ptxas cannot prove that and keeps the data dependency.
+// With `packed` (ZYFA_DOUBLE_P) the address depends on every P fragment too (their OR: about 11 three-input LOP3):
+// BF16 probabilities have no sign bit either (cvt returns a NaN as the canonical 0x7FFF).
+__device__ __forceinline__ uint32_t pinned_address(uint32_t bar, const RowState& st, uint32_t packed = 0) {
+  constexpr uint32_t kUnreachableOffset = 8;  // the next barrier: never taken
+  const int bits = __float_as_int(st.l[0] + st.l[1]) | static_cast<int>(packed);
+  return bits < 0 ? bar + kUnreachableOffset : bar;
+}
+
+// OR of all P fragments: a value that depends on each of them (for pinned_address).
+__device__ __forceinline__ uint32_t fragments_or(const uint32_t (&pf)[32]) {
+  uint32_t acc[4] = {pf[0], pf[1], pf[2], pf[3]};  // four short chains
+#pragma unroll
+  for (int i = 4; i < 32; ++i) acc[i % 4] |= pf[i];
+  return (acc[0] | acc[1]) | (acc[2] | acc[3]);
+}
+
 // P (FP32 accumulator layout) -> BF16 A fragments: the accumulator of key columns 16k..16k+15 is exactly the
 // register A fragment of the k-th 16-key step.
 __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[32]) {
@@ -252,21 +290,32 @@ __device__ __forceinline__ void rescale_o(float (&o)[64], const float (&factor)[
 
 template <int D_QK>
 __device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_rows, uint32_t k_tile) {
+  const uint64_t q_desc = smem_desc_sw128(q_rows, 16, kAtomBytes);  // ZYFA_DESC_ADD: bases, advanced per step
+  const uint64_t k_desc = smem_desc_sw128(k_tile, 16, kAtomBytes);
 #pragma unroll
   for (int k = 0; k < D_QK / kMmaK; ++k) {
     // K step k lies in box k/4, at byte 32*(k%4) of each swizzled 128-byte row.
     const uint32_t offset = (k / 4) * kBoxBytes + (k % 4) * (kMmaK * 2);
-    wgmma_m64n128k16_ss(s, smem_desc_sw128(q_rows + offset, 16, kAtomBytes),
-                        smem_desc_sw128(k_tile + offset, 16, kAtomBytes), k > 0);
+    if constexpr (kDescAdd) {
+      wgmma_m64n128k16_ss(s, smem_desc_advance(q_desc, offset), smem_desc_advance(k_desc, offset), k > 0);
+    } else {
+      wgmma_m64n128k16_ss(s, smem_desc_sw128(q_rows + offset, 16, kAtomBytes),
+                          smem_desc_sw128(k_tile + offset, 16, kAtomBytes), k > 0);
+    }
   }
 }
 
 __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pf)[32], uint32_t v_tile) {
+  const uint64_t v_desc = smem_desc_sw128(v_tile, kBoxBytes, kAtomBytes);  // ZYFA_DESC_ADD: advanced per step
 #pragma unroll
   for (int k = 0; k < kTileN / kMmaK; ++k) {
     const uint32_t a[4] = {pf[4 * k], pf[4 * k + 1], pf[4 * k + 2], pf[4 * k + 3]};
     // 16 keys = 16 rows of 128 bytes; the next 64 columns of V are the next box.
-    wgmma_m64n128k16_rs_bt(o, a, smem_desc_sw128(v_tile + k * kMmaK * kAtomRowBytes, kBoxBytes, kAtomBytes));
+    if constexpr (kDescAdd) {
+      wgmma_m64n128k16_rs_bt(o, a, smem_desc_advance(v_desc, k * kMmaK * kAtomRowBytes));
+    } else {
+      wgmma_m64n128k16_rs_bt(o, a, smem_desc_sw128(v_tile + k * kMmaK * kAtomRowBytes, kBoxBytes, kAtomBytes));
+    }
   }
 }
 
@@ -291,7 +340,8 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   RingPos<STAGES> ring;
   uint32_t q_parity = 0;
   float s[64], o[64];
-  uint32_t pf[32];
+  uint32_t pf[32];  // P fragments read by the next P V
+  uint32_t pf_b[32];  // ZYFA_DOUBLE_P: the second set, written while P V reads the first (unused otherwise)
 
   auto k_tile = [&](const RingPos<STAGES>& at) { return base + L::kK + at.slot * L::kKBytes; };
   auto v_tile = [&](const RingPos<STAGES>& at) { return base + L::kV + at.slot * L::kVBytes; };
@@ -334,7 +384,9 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       RingPos<STAGES> prev = ring;
       ring.advance();
       // One key tile after the first: S of this tile and P V of the previous one in flight together.
-      auto step = [&](auto diagonal) {
+      // `cur`: fragments of the previous tile, read by its P V; `next`: where this tile's P goes (the same array
+      // unless ZYFA_DOUBLE_P).
+      auto step = [&](auto diagonal, uint32_t(&cur)[32], uint32_t(&next)[32]) {
         mbar_wait(bars.k_full(ring.slot), ring.parity);
         mbar_wait(bars.v_full(prev.slot), prev.parity);
         turn.acquire();
@@ -342,12 +394,12 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         if constexpr (OVERLAP) {
           issue_qk<D_QK>(s, q_rows, k_tile(ring));
           wgmma_commit();
-          issue_pv(o, pf, v_tile(prev));
+          issue_pv(o, cur, v_tile(prev));
           wgmma_commit();
           turn.release();
           wgmma_wait<1>();  // S of this tile is ready; P V of the previous one may still run
         } else {
-          issue_pv(o, pf, v_tile(prev));
+          issue_pv(o, cur, v_tile(prev));
           wgmma_commit();
           issue_qk<D_QK>(s, q_rows, k_tile(ring));
           wgmma_commit();
@@ -355,7 +407,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
           wgmma_wait<0>();
         }
         fence_regs(s);
-        release(bars.k_empty(ring.slot));
+        if constexpr (!kPinSoftmax) release(bars.k_empty(ring.slot));
         if constexpr (decltype(diagonal)::value) {
           release(bars.q_empty());
           mask_diagonal(s, diag_row, lane);
@@ -364,26 +416,63 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
           softmax_tile<kPolyExp2Groups>(s, st, scale_log2, kTau, factor);
         }
         fence_regs(s);  // the exponentials are done before the wait below, i.e. under the running P V
+        if constexpr (kDoubleP) {
+          pack_p(s, next);  // P V of the previous tile reads `cur`, not `next`
+          release(pinned_address(bars.k_empty(ring.slot), st, fragments_or(next)));
+        } else if constexpr (kPinSoftmax) {
+          release(pinned_address(bars.k_empty(ring.slot), st));
+        }
         wgmma_wait<0>();
         fence_regs(o);
         release(bars.v_empty(prev.slot));
         rescale_o(o, factor);
-        pack_p(s, pf);
+        if constexpr (!kDoubleP) pack_p(s, next);
         prev = ring;
         ring.advance();
       };
-      for (int kt = 1; kt < tile; ++kt) step(std::false_type{});
-      if (tile > 0) step(std::true_type{});  // only the diagonal tile needs the causal mask
-
-      mbar_wait(bars.v_full(prev.slot), prev.parity);
-      turn.acquire();
-      wgmma_fence();
-      issue_pv(o, pf, v_tile(prev));
-      wgmma_commit();
-      turn.release();
-      wgmma_wait<0>();
-      fence_regs(o);
-      release(bars.v_empty(prev.slot));
+      // P V of the last key tile, from the fragments `last`.
+      auto last_pv = [&](const uint32_t(&last)[32]) {
+        mbar_wait(bars.v_full(prev.slot), prev.parity);
+        turn.acquire();
+        wgmma_fence();
+        issue_pv(o, last, v_tile(prev));
+        wgmma_commit();
+        turn.release();
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(bars.v_empty(prev.slot));
+      };
+      if constexpr (kDoubleP) {
+        // Steps alternate the two sets, so the loop is unrolled by two and the tail picks the set by parity.
+        int kt = 1;
+        for (; kt + 1 < tile; kt += 2) {
+          step(std::false_type{}, pf, pf_b);
+          step(std::false_type{}, pf_b, pf);
+        }
+        if (kt < tile) {  // one off-diagonal tile left: it writes pf_b, the diagonal pf
+          step(std::false_type{}, pf, pf_b);
+          step(std::true_type{}, pf_b, pf);
+          last_pv(pf);
+        } else if (tile > 0) {
+          step(std::true_type{}, pf, pf_b);
+          last_pv(pf_b);
+        } else {
+          last_pv(pf);
+        }
+      } else {
+        for (int kt = 1; kt < tile; ++kt) step(std::false_type{}, pf, pf);
+        if (tile > 0) step(std::true_type{}, pf, pf);  // only the diagonal tile needs the causal mask
+        // last_pv(pf), written out as the shipped kernels have it (a lambda call changes their bytes)
+        mbar_wait(bars.v_full(prev.slot), prev.parity);
+        turn.acquire();
+        wgmma_fence();
+        issue_pv(o, pf, v_tile(prev));
+        wgmma_commit();
+        turn.release();
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(bars.v_empty(prev.slot));
+      }
 
       // Epilogue: O / l to BF16, lse = ln2 (m + log2 l), with log2 l = -log2(1/l).
       const int row = tile * kTileM + diag_row;
@@ -446,6 +535,9 @@ static_assert(zyfa::SharedLayout<ZYFA_D_QK, ZYFA_D_V, ZYFA_STAGES>::kBytes + zyf
               "shared memory layout and manifest disagree");
 static_assert(ZYFA_D_V == zyfa::kTileN, "the PV product is one 64x128 accumulator: d_v must be 128");
 static_assert(ZYFA_D_QK % zyfa::kBoxCols == 0, "d_qk must be a multiple of 64");
+static_assert(!ZYFA_DOUBLE_P || (ZYFA_OVERLAP && ZYFA_PIN_SOFTMAX),
+              "ZYFA_DOUBLE_P needs the overlapped schedule and ZYFA_PIN_SOFTMAX (without it ptxas sinks the packing "
+              "past the wait and spills)");
 static_assert(ZYFA_POLY_EXP2_GROUPS >= 0 && ZYFA_POLY_EXP2_GROUPS <= zyfa::kScoreGroups,
               "ZYFA_POLY_EXP2_GROUPS counts groups of four scores out of 16");
 

@@ -102,6 +102,14 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr, uint32_t lead
          (static_cast<uint64_t>((stride >> 4) & 0x3FFF) << 32) | (kSwizzle128B << 62);
 }
 
+// The descriptor of `desc`'s tile `bytes` (a multiple of 16) further on: the start address field (bits 0-13, the
+// address >> 4) is the low word's low end, and a shared-memory address below 2^18 plus the step stays below it, so
+// one 32-bit add on the low word does it (no carry into the leading-offset field).
+__device__ __forceinline__ uint64_t smem_desc_advance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
