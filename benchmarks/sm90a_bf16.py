@@ -27,9 +27,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import zyfa
 import zyfa_kernels
 from zyfa.backends import sm90a
+from zyfa_tools.reference import attention_fp64
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
-from gpu_common import causal_flops, causal_fp64, device_time_ms, rel_rms  # noqa: E402
+from gpu_common import causal_flops, device_time_ms, rel_rms  # noqa: E402
 
 PEAK_TFLOPS = 989.0  # H100/H200 dense BF16
 HEAD_DIMS = ((128, 128), (192, 128))
@@ -81,7 +82,7 @@ def errors(q, k, v, heads: int):
     group = q.shape[1] // k.shape[1]
     kv = -(-heads // group)
     qs, ks, vs = q[:, :heads].contiguous(), k[:, :kv].contiguous(), v[:, :kv].contiguous()
-    ref, _ = causal_fp64(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2))
+    ref = attention_fp64(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2))
     ref = ref.transpose(1, 2)
     ours = zyfa.flash_attn_func(qs, ks, vs, causal=True, layout="bhsd")
     cudnn = sdpa(SDPBackend.CUDNN_ATTENTION, qs, ks, vs)

@@ -24,9 +24,10 @@ import zyfa
 import zyfa_kernels
 from zyfa import numerics
 from zyfa.backends import sm90a
+from zyfa_tools.reference import attention_fp64
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_common import bf16_ulps, causal_fp64, rel_rms  # noqa: E402
+from gpu_common import bf16_ulps, rel_rms  # noqa: E402
 
 HEAD_DIMS = ((128, 128), (192, 128))
 TAU = {128: 0.5, 192: 8.0}  # the kernels' rescale thresholds (manifest rescale_threshold)
@@ -99,7 +100,7 @@ def references(shape, d_qk, d_v, scale_inputs):
     qb, kb, vb = (as_bshd(t, layout) for t in (q, k, v))
     model = numerics.attention(qb, kb, vb, p_mode="bf16", rescale_threshold=TAU[d_qk], key_tile=KEY_TILE,
                                return_lse=True)
-    return (*model, *causal_fp64(qb, kb, vb))
+    return (*model, *attention_fp64(qb, kb, vb, return_lse=True))
 
 
 def check_shape(shape, d_qk, d_v, *, scale_inputs=1.0, kernel=None):

@@ -6,33 +6,10 @@ import math
 
 import torch
 
-FP64_CHUNK_ROWS = 2048  # query rows per float64 score block: bounds the reference's memory at long sequences
+from zyfa_tools.reference import relative_rms_error
 
-
-def causal_fp64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None):
-    """Exact causal attention in float64 on (batch, seqlen, heads, dim) inputs; returns (out, lse) in float64."""
-    b, s, h, d = q.shape
-    group = h // k.shape[2]
-    scale = 1.0 / math.sqrt(d) if softmax_scale is None else softmax_scale
-    qd = q.double().transpose(1, 2)
-    kd = k.double().transpose(1, 2).repeat_interleave(group, dim=1)
-    vd = v.double().transpose(1, 2).repeat_interleave(group, dim=1)
-    out = torch.empty(b, h, s, v.shape[-1], dtype=torch.float64, device=q.device)
-    lse = torch.empty(b, h, s, dtype=torch.float64, device=q.device)
-    for first in range(0, s, FP64_CHUNK_ROWS):
-        last = min(s, first + FP64_CHUNK_ROWS)
-        scores = torch.einsum("bhid,bhjd->bhij", qd[:, :, first:last], kd[:, :, :last]) * scale
-        rows = torch.arange(first, last, device=q.device)[:, None]
-        scores.masked_fill_(torch.arange(last, device=q.device)[None, :] > rows, -math.inf)
-        lse[:, :, first:last] = torch.logsumexp(scores, dim=-1)
-        out[:, :, first:last] = torch.softmax(scores, dim=-1) @ vd[:, :, :last]
-    return out.transpose(1, 2), lse
-
-
-def rel_rms(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """||x - ref|| / ||ref|| in float64."""
-    ref = ref.double()
-    return float(torch.linalg.vector_norm(x.double() - ref) / torch.linalg.vector_norm(ref))
+# The float64 reference and the error measure are zyfa_tools.reference's, the ones every accuracy figure uses.
+rel_rms = relative_rms_error
 
 
 def bf16_ulps(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
