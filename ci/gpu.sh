@@ -18,6 +18,12 @@ OUT=${OUT:-./out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 stages=("$@")
+
+install() {  # the three packages, built here without network (WHEELS: build tools the machine lacks)
+  if [ -n "${WHEELS:-}" ]; then "$PY" -m pip install -q --no-index --no-deps "$WHEELS"/*.whl; fi
+  "$PY" -m pip install -q --no-build-isolation --no-deps packages/zyfa-kernels packages/zyfa-torch packages/zyfa-tools
+}
+
 gpu=${GPU_TARGET:-}
 if [ -z "$gpu" ]; then
   detected=$("$PY" ci/gpu_target.py --describe)
@@ -31,11 +37,7 @@ if [ "$gpu" = gfx950 ]; then
   for stage in "${stages[@]}"; do
     echo "=== $stage"
     case "$stage" in
-      install)
-        if [ -n "${WHEELS:-}" ]; then "$PY" -m pip install -q --no-index --no-deps "$WHEELS"/*.whl; fi
-        "$PY" -m pip install -q --no-build-isolation --no-deps packages/zyfa-kernels packages/zyfa-torch \
-          packages/zyfa-tools
-        ;;
+      install) install ;;
       check)
         "$PY" ci/gpu_check_gfx950.py --out "$OUT" || failed+=(check)
         ;;
@@ -70,11 +72,7 @@ fi
 for stage in "${stages[@]}"; do
   echo "=== $stage"
   case "$stage" in
-    install)
-      if [ -n "${WHEELS:-}" ]; then "$PY" -m pip install -q --no-index --no-deps "$WHEELS"/*.whl; fi
-      "$PY" -m pip install -q --no-build-isolation --no-deps packages/zyfa-kernels packages/zyfa-torch \
-        packages/zyfa-tools
-      ;;
+    install) install ;;
     sass)  # the shipped cubins use wgmma (HGMMA) and no local memory
       for cubin in packages/zyfa-kernels/src/zyfa_kernels/objects/sm90a/*.cubin; do
         cuobjdump --dump-sass "$cubin" > "$OUT/$(basename "$cubin" .cubin).sass"
