@@ -30,12 +30,11 @@ from zyfa.backends import sm90a
 from zyfa_tools.reference import attention_fp64
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
-from gpu_common import causal_flops, device_time_ms, rel_rms  # noqa: E402
+from gpu_common import add_protocol_arguments, causal_flops, device_time_ms, rel_rms  # noqa: E402
 
 PEAK_TFLOPS = 989.0  # H100/H200 dense BF16
 HEAD_DIMS = ((128, 128), (192, 128))
 STD = 0.1
-IDLE_BEFORE_LONG_S = 5.0  # protocol: idle before S >= 16K so clocks start from the same state
 LONG_SEQLEN = 16384
 SHORT_SEQLEN = 8192  # up to here every configuration gets --calls / --warmup calls
 MIN_CALLS = 8
@@ -125,15 +124,7 @@ def bench_config(seqlen, heads, heads_k, d_qk, d_v, args, variants):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="out")
-    ap.add_argument("--seqlens", type=int, nargs="+", default=[2048, 4096, 8192, 16384, 32768])
-    ap.add_argument("--head-dims", default="128,192", help="d_qk values to run (d_v = 128)")
-    ap.add_argument("--calls", type=int, default=100)
-    ap.add_argument("--warmup", type=int, default=500)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--idle", type=float, default=IDLE_BEFORE_LONG_S)
-    ap.add_argument("--error-heads", type=int, default=4)
-    ap.add_argument("--error-max-seqlen", type=int, default=8192)
+    add_protocol_arguments(ap)
     ap.add_argument("--variants", help="folder with a manifest.json of kernel variants to time as well")
     args = ap.parse_args()
 

@@ -36,12 +36,11 @@ from zyfa_tools.reference import attention_fp64
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gfx950_validation as cfg  # noqa: E402
-from gpu_common import causal_flops, rel_rms, sustained_time_ms, timed_ms  # noqa: E402
+from gpu_common import add_protocol_arguments, causal_flops, rel_rms, sustained_time_ms, timed_ms  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 DEVICE = "cuda"
 STD = 0.1
-IDLE_BEFORE_LONG_S = 5.0
 SUSTAINED = {"idle_s": 2.0, "warm_s": 1.0, "timed_s": 3.0, "repeats": 3}
 
 
@@ -207,18 +206,10 @@ def sustained_config(c: dict, aiter_fn, protocol: dict) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="out")
-    ap.add_argument("--seqlens", type=int, nargs="+", default=list(cfg.SEQLENS))
+    add_protocol_arguments(ap, cfg.SEQLENS)
     ap.add_argument("--sustained-seqlens", type=int, nargs="*", default=list(cfg.SUSTAINED_SEQLENS),
                     help="S of the sustained-clock runs on activation-like inputs (none: skip them)")
-    ap.add_argument("--head-dims", default="128,192", help="d_qk values to run (d_v = 128)")
     ap.add_argument("--heads", type=int, help="query heads instead of the protocol's (for a quick rehearsal)")
-    ap.add_argument("--calls", type=int, default=100)
-    ap.add_argument("--warmup", type=int, default=500)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--idle", type=float, default=IDLE_BEFORE_LONG_S)
-    ap.add_argument("--error-heads", type=int, default=4)
-    ap.add_argument("--error-max-seqlen", type=int, default=8192)
     ap.add_argument("--quick-sustained", action="store_true",
                     help="a tenth of the sustained-clock durations, one repetition (a rehearsal, not the protocol)")
     args = ap.parse_args(argv)

@@ -11,6 +11,22 @@ from zyfa_tools.reference import relative_rms_error
 # The float64 reference and the error measure are zyfa_tools.reference's, the ones every accuracy figure uses.
 rel_rms = relative_rms_error
 
+IDLE_BEFORE_LONG_S = 5.0  # protocol: idle before S >= 16K so clocks start from the same state
+PROTOCOL_SEQLENS = (2048, 4096, 8192, 16384, 32768)
+
+
+def add_protocol_arguments(ap, seqlens=PROTOCOL_SEQLENS) -> None:
+    """The benchmark protocol's options (DESIGN.md), shared by every target's benchmark."""
+    ap.add_argument("--out", default="out")
+    ap.add_argument("--seqlens", type=int, nargs="+", default=list(seqlens))
+    ap.add_argument("--head-dims", default="128,192", help="d_qk values to run (d_v = 128)")
+    ap.add_argument("--calls", type=int, default=100, help="timed calls per measurement")
+    ap.add_argument("--warmup", type=int, default=500, help="warm-up calls before them")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds, the order of the contenders rotated")
+    ap.add_argument("--idle", type=float, default=IDLE_BEFORE_LONG_S, help="seconds idle before S >= 16K")
+    ap.add_argument("--error-heads", type=int, default=4, help="query heads of the fp64 error measurement")
+    ap.add_argument("--error-max-seqlen", type=int, default=8192, help="longest S whose error is measured")
+
 
 def bf16_ulps(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     """|x - ref| in units of the BF16 spacing at max(|x|, |ref|, rms(ref)): the RMS floor keeps outputs that are
