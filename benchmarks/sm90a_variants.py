@@ -35,7 +35,10 @@ VARIANTS = {
     "serial": {"overlap": False, "pingpong": False},
     "model_scale": {"fma_scale": False},
     **{f"poly{n}": {"poly_exp2_groups": n} for n in POLY_EXP2_GROUPS},
-    "pin": {"pin_softmax": True},
+    "unpinned": {"pin_softmax": False, "desc_add": False},
+    "sleep": {"wait_hint": 1},
+    "sleep_all": {"wait_hint": 2},
+    "pin": {"pin_softmax": True, "desc_add": False},
     "pin_desc": {"pin_softmax": True, "desc_add": True},
     "pin_p2_desc": {"pin_softmax": True, "desc_add": True, "double_p": True},
 }

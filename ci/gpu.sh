@@ -6,7 +6,7 @@
 # On sm90a (H100/H200):
 #   ci/gpu.sh [STAGE ...]     stages: install sass check sanitize bench (default: all, in that order), and on
 #                             request: exp2 (accuracy of the FMA-pipe exponential), variants (the benchmark's kernel
-#                             variants against the model)
+#                             variants against the model), profile (Nsight Compute, ci/profile_sm90a.py)
 # On gfx950 (MI355X):
 #   ci/gpu.sh [STAGE ...]     stages: install check bench summary (default: all, in that order), and on request:
 #                             small (the check on one small configuration)
@@ -94,19 +94,33 @@ for stage in "${stages[@]}"; do
     exp2)
       "$PY" ci/gpu_exp2_poly.py --out "$OUT"
       ;;
+    profile)  # Nsight Compute counters and per-instruction stall samples of ours and cuDNN's kernel (PROFILE_ARGS)
+      # shellcheck disable=SC2086
+      ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | tail -1)
+      "$ncu" --clock-control none -f -o "$OUT/profile" -k 'regex:zyfa|sdpa|fmha|fprop' \
+        --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+        --section InstructionStats --section SourceCounters "$PY" ci/profile_sm90a.py ${PROFILE_ARGS:-}
+      "$ncu" -i "$OUT/profile.ncu-rep" > "$OUT/profile.txt"
+      "$ncu" -i "$OUT/profile.ncu-rep" --page source --csv --print-source sass > "$OUT/profile_sass.csv"
+      "$PY" ci/profile_summary.py "$OUT/profile.txt" "$OUT/profile_sass.csv" | tee "$OUT/profile.md"
+      ;;
     variants)
       variants=$(mktemp -d)
       "$PY" benchmarks/sm90a_variants.py "$variants"
       "$PY" ci/gpu_check.py --variants "$variants" --out "$OUT"
       ;;
-    bench)
-      variants=$(mktemp -d)
-      "$PY" benchmarks/sm90a_variants.py "$variants"
+    bench)  # the variants named by SM90A_VARIANT_ARGS are timed too
+      variant_args=()
+      if [ -n "${SM90A_VARIANT_ARGS:-}" ]; then
+        variants=$(mktemp -d)
+        "$PY" benchmarks/sm90a_variants.py "$variants"
+        variant_args=(--variants "$variants")
+      fi
       # shellcheck disable=SC2086
-      "$PY" benchmarks/sm90a_bf16.py --out "$OUT" --variants "$variants" ${BENCH_ARGS:-}
+      "$PY" benchmarks/sm90a_bf16.py --out "$OUT" "${variant_args[@]}" ${BENCH_ARGS:-}
       ;;
     *)
-      echo "unknown stage $stage (install sass check sanitize bench exp2 variants)" >&2
+      echo "unknown stage $stage (install sass check sanitize bench exp2 variants profile)" >&2
       exit 2
       ;;
   esac

@@ -40,6 +40,7 @@ SHAPES = (
     (1, 1536, 8, 1, "bshd"),
     (3, 300, 6, 3, "bshd"),
     (1, 4096, 4, 1, "bhsd"),
+    (2, 4096, 16, 4, "bshd"),  # 512 pairs: whole rounds of pairs, then single tiles and empty jobs
 )
 SMALL_SHAPES = ((1, 384, 2, 1, "bshd"),)
 WIDE_SHAPE = (1, 2048, 4, 2, "bshd")  # with inputs 20x wider, so the lazy rescaling fires on many tiles
@@ -76,20 +77,22 @@ def attn(q, k, v, layout):
     return zyfa.flash_attn_func(q, k, v, causal=True, layout=layout, return_lse=True)
 
 
-def run_kernel(kernel, q, k, v, layout):
+def run_kernel(kernel, q, k, v, layout, balanced=True):
     """One sm90a kernel's (out, lse), inputs zero-padded as the API pads them."""
     seq_dim = 1 if layout == "bshd" else 2
     seqlen = q.shape[seq_dim]
     pad = -seqlen % 256
     padded = [torch.nn.functional.pad(t, [0, 0] * (3 - seq_dim) + [0, pad]) for t in (q, k, v)]
-    out, lse = sm90a.run(kernel, *padded, q.shape[-1] ** -0.5, layout)
+    out, lse = sm90a.run(kernel, *padded, q.shape[-1] ** -0.5, layout, balanced=balanced)
     return out.narrow(seq_dim, 0, seqlen), lse.narrow(2, 0, seqlen)
 
 
 def every_schedule(q, k, v, layout):
-    """Outputs of every shipped sm90a kernel for these head dims."""
-    return {kernel.schedule: run_kernel(kernel, q, k, v, layout) for kernel in zyfa_kernels.manifest().kernels
-            if kernel.target == "sm90a" and kernel.d_qk == q.shape[-1] and kernel.d_v == v.shape[-1]}
+    """Outputs of every shipped sm90a kernel for these head dims, on the balanced job table and the plain pairs."""
+    return {f"{kernel.schedule}{'' if balanced else ' paired'}": run_kernel(kernel, q, k, v, layout, balanced)
+            for kernel in zyfa_kernels.manifest().kernels
+            if kernel.target == "sm90a" and kernel.d_qk == q.shape[-1] and kernel.d_v == v.shape[-1]
+            for balanced in (True, False)}
 
 
 @functools.cache
@@ -126,7 +129,8 @@ def check_shape(shape, d_qk, d_v, *, scale_inputs=1.0, kernel=None):
     }
     repeats = [call(q, k, v, layout) for _ in range(3)]
     result["deterministic"] = all(torch.equal(o, out) and torch.equal(l_, lse) for o, l_ in repeats)
-    # The schedules differ only in the order the warpgroups issue their GEMMs: the results are bitwise equal.
+    # The schedules differ only in the order the warpgroups issue their GEMMs, and the job tables only in which CTA
+    # computes a tile: the results are bitwise equal.
     schedules = every_schedule(q, k, v, layout) if kernel is None else {}
     result["schedules"] = sorted(schedules)
     result["schedules_agree"] = all(torch.equal(o, out) and torch.equal(l_, lse) for o, l_ in schedules.values())

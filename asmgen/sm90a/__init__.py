@@ -118,25 +118,30 @@ KERNELS: list[dict] = [_kernel(d_qk, d_v, tau, schedule) for d_qk, d_v, tau in (
 # (docs/sm90a.md, "Exponentials on the FMA pipe"); benchmarks/sm90a_variants.py builds the others.
 POLY_EXP2_GROUPS = 0
 
-# Whether the kernel ties the softmax to a barrier arrive ahead of the P V wait so that ptxas keeps it under the
-# running P V (ZYFA_PIN_SOFTMAX in attention_fwd.cu): off in the shipped kernels until measured (docs/sm90a.md,
-# "Prepared for the next run"); benchmarks/sm90a_variants.py builds it.
-PIN_SOFTMAX = False
+# Schedules whose kernels tie the softmax to a barrier arrive ahead of the P V wait, so that ptxas keeps it under
+# the running P V (ZYFA_PIN_SOFTMAX in attention_fwd.cu), and advance wgmma descriptors from a tile's base by one
+# add (ZYFA_DESC_ADD). Measured on the H200 (docs/sm90a.md): +3-5% for the independent consumers at S = 8K-32K,
+# d = 128; slower in ping-pong (-2% to -8%), where the other consumer's GEMMs already cover the softmax.
+PINNED_SCHEDULES = ("independent",)
+# Which mbarrier waits sleep until a barrier changes instead of polling (ZYFA_WAIT_HINT): 0 none (the shipped
+# kernels), 1 the producer's, 2 every wait. The polling producer takes issue slots from its SM sub-partition's
+# consumer warps, but sleeping measured neutral on the H200 (-3% to +2%, docs/sm90a.md, "Profile").
+WAIT_HINT = 0
 # Whether P fragments are double-buffered so their BF16 packing runs ahead of the P V wait (ZYFA_DOUBLE_P): off in
-# the shipped kernels until measured; a variant of benchmarks/sm90a_variants.py.
+# the shipped kernels (measured no faster than pinning alone); a variant of benchmarks/sm90a_variants.py.
 DOUBLE_P = False
-# Whether wgmma descriptors are advanced from a tile's base descriptor by one add (ZYFA_DESC_ADD) instead of
-# encoded per wgmma: off in the shipped kernels until measured; a variant of benchmarks/sm90a_variants.py.
-DESC_ADD = False
 
 
 def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None, fma_scale: bool = True,
-            poly_exp2_groups: int = POLY_EXP2_GROUPS, pin_softmax: bool = PIN_SOFTMAX,
-            double_p: bool = DOUBLE_P, desc_add: bool = DESC_ADD) -> list[str]:
-    """Preprocessor configuration of one kernel; the keywords give the variants the benchmark compares (pingpong
-    defaults to the kernel's schedule)."""
+            poly_exp2_groups: int = POLY_EXP2_GROUPS, pin_softmax: bool | None = None,
+            double_p: bool = DOUBLE_P, desc_add: bool | None = None, wait_hint: int = WAIT_HINT) -> list[str]:
+    """Preprocessor configuration of one kernel; the keywords give the variants the benchmark compares (pingpong,
+    pin_softmax and desc_add default to the kernel's schedule)."""
     if pingpong is None:
         pingpong = kernel["schedule"] == "pingpong"
+    pinned = kernel["schedule"] in PINNED_SCHEDULES
+    pin_softmax = pinned if pin_softmax is None else pin_softmax
+    desc_add = pinned if desc_add is None else desc_add
     return [
         f"-DZYFA_KERNEL={kernel['symbol']}",
         f"-DZYFA_D_QK={kernel['d_qk']}",
@@ -151,6 +156,7 @@ def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None,
         f"-DZYFA_PIN_SOFTMAX={int(pin_softmax)}",
         f"-DZYFA_DOUBLE_P={int(double_p)}",
         f"-DZYFA_DESC_ADD={int(desc_add)}",
+        f"-DZYFA_WAIT_HINT={int(wait_hint)}",
     ]
 
 

@@ -1,7 +1,7 @@
 // Causal forward attention, BF16 in, BF16 out (+ FP32 log-sum-exp), for Hopper (sm_90a).
 //
 // One CTA per SM walks a host-built job table (rows [batch, head, tile_lo, tile_hi], paired causal query tiles of
-// 128 rows). Three warpgroups:
+// 128 rows; CTA w takes rows w, w + gridDim.x, ...). Three warpgroups:
 //   WG0      producer: one thread loads Q, K and V tiles with TMA into shared memory, completing on mbarriers;
 //            K and V stream through a ring of STAGES slots.
 //   WG1, WG2 consumers: 64 query rows each. S = Q K^T and O += P V with wgmma; the softmax in registers.
@@ -20,22 +20,25 @@
 //   ZYFA_POLY_EXP2_GROUPS  how many of the 16 groups of four scores a thread holds per key tile take their
 //                  exponentials from the FMA-pipe polynomial (exp2_poly) instead of ex2 (MUFU), except in a query
 //                  tile's first and diagonal key tiles (0 in the shipped kernels: measured slower, docs/sm90a.md)
-//   ZYFA_PIN_SOFTMAX  keep the softmax ahead of the P V wait in the SASS (1), or leave its place to ptxas (0, the
-//                  shipped kernels). ptxas sees no dependency between the softmax and `wgmma.wait_group` and sinks
+//   ZYFA_PIN_SOFTMAX  keep the softmax ahead of the P V wait in the SASS (1, the shipped independent kernels), or
+//                  leave its place to ptxas (0, the shipped ping-pong kernels). ptxas sees no dependency between the softmax and `wgmma.wait_group` and sinks
 //                  the exponentials, row sums and the quad reduction past the wait, so only the local row maxima
 //                  overlap P V. With 1, the release of the K slot moves from just after the S wait to just before
 //                  the P V wait and its barrier address is made to depend on the row sums (a select ptxas cannot
 //                  fold). ptxas keeps that mbarrier arrive (a shared-memory operation) ahead of the wait, and so
 //                  the softmax it depends on. Costs 2 instructions (FADD, select) per tile; see docs/sm90a.md.
 //   ZYFA_DESC_ADD  build each wgmma's shared-memory descriptors by adding the step's offset to a tile's base
-//                  descriptor (one 32-bit add, smem_desc_advance) instead of encoding each from its address (0,
-//                  the shipped kernels: about five integer instructions and an extra R2UR per wgmma, on the
+//                  descriptor (one 32-bit add, smem_desc_advance; the shipped independent kernels) instead of
+//                  encoding each from its address (0, the ping-pong kernels: about five integer instructions and an extra R2UR per wgmma, on the
 //                  GEMM-issue path that the other consumer waits behind under ping-pong)
 //   ZYFA_DOUBLE_P  two sets of P fragments used in turn (1), or one (0, the shipped kernels): with two, the BF16
 //                  packing of tile j's P goes ahead of the P V wait (P V of tile j-1 reads the other set), leaving
 //                  only the rescale of O after it; costs 32 registers and a loop unrolled by two. Needs
 //                  ZYFA_PIN_SOFTMAX: the pinned barrier address then also depends on the OR of the packed
 //                  fragments, otherwise ptxas sinks the packing past the wait again.
+//   ZYFA_WAIT_HINT which mbarrier waits sleep until a barrier changes instead of polling (mbar_wait): none (0, the
+//                  shipped kernels), the producer's (1: it waits most of the time), or every wait (2); measured
+//                  neutral
 
 #include "ptx.cuh"
 
@@ -63,6 +66,8 @@ constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kTau = ZYFA_TAU;  // rescale threshold of the lazy row maximum, base-2 units
 constexpr int kPolyExp2Groups = ZYFA_POLY_EXP2_GROUPS;
 constexpr bool kPinSoftmax = ZYFA_PIN_SOFTMAX != 0;
+constexpr bool kProducerSleeps = ZYFA_WAIT_HINT >= 1;
+constexpr bool kConsumersSleep = ZYFA_WAIT_HINT >= 2;
 constexpr bool kDoubleP = ZYFA_DOUBLE_P != 0;
 constexpr bool kDescAdd = ZYFA_DESC_ADD != 0;
 
@@ -107,9 +112,11 @@ struct RingPos {
   }
 };
 
+// A pair of query tiles, one tile (tile_lo == tile_hi), or nothing (tile_lo < 0: a slot that pads a CTA's share of
+// a balanced table, zyfa.jobs.balanced_jobs).
 struct Job {
   int batch, head, tile_lo, tile_hi;
-  __device__ int num_tiles() const { return tile_lo == tile_hi ? 1 : 2; }
+  __device__ int num_tiles() const { return tile_lo < 0 ? 0 : tile_lo == tile_hi ? 1 : 2; }
   __device__ int tile(int i) const { return i == 0 ? tile_lo : tile_hi; }
 };
 
@@ -147,7 +154,7 @@ __device__ void produce(const TensorMap* tq, const TensorMap* tk, const TensorMa
     const int head_k = job.head / group;
     for (int i = 0; i < job.num_tiles(); ++i) {
       const int tile = job.tile(i);
-      mbar_wait(bars.q_empty(), q_parity ^ 1);
+      mbar_wait<kProducerSleeps>(bars.q_empty(), q_parity ^ 1);
       mbar_arrive_expect_tx(bars.q_full(), L::kQBytes);
 #pragma unroll
       for (int b = 0; b < L::kQBoxes; ++b)
@@ -155,13 +162,13 @@ __device__ void produce(const TensorMap* tq, const TensorMap* tk, const TensorMa
                     job.batch);
       q_parity ^= 1;
       for (int kt = 0; kt <= tile; ++kt) {
-        mbar_wait(bars.k_empty(ring.slot), ring.parity ^ 1);
+        mbar_wait<kProducerSleeps>(bars.k_empty(ring.slot), ring.parity ^ 1);
         mbar_arrive_expect_tx(bars.k_full(ring.slot), L::kKBytes);
 #pragma unroll
         for (int b = 0; b < L::kQBoxes; ++b)
           tma_load_4d(base + L::kK + (ring.slot * L::kQBoxes + b) * kBoxBytes, tk, bars.k_full(ring.slot),
                       b * kBoxCols, kt * kTileN, head_k, job.batch);
-        mbar_wait(bars.v_empty(ring.slot), ring.parity ^ 1);
+        mbar_wait<kProducerSleeps>(bars.v_empty(ring.slot), ring.parity ^ 1);
         mbar_arrive_expect_tx(bars.v_full(ring.slot), L::kVBytes);
 #pragma unroll
         for (int b = 0; b < L::kVBoxes; ++b)
@@ -361,11 +368,11 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
 #pragma unroll
       for (int r = 0; r < 64; ++r) o[r] = 0.0f;
 
-      mbar_wait(bars.q_full(), q_parity);
+      mbar_wait<kConsumersSleep>(bars.q_full(), q_parity);
       q_parity ^= 1;
 
       // Key tile 0: QK^T alone (no P V before it).
-      mbar_wait(bars.k_full(ring.slot), ring.parity);
+      mbar_wait<kConsumersSleep>(bars.k_full(ring.slot), ring.parity);
       turn.acquire();
       wgmma_fence();
       issue_qk<D_QK>(s, q_rows, k_tile(ring));
@@ -387,8 +394,8 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       // `cur`: fragments of the previous tile, read by its P V; `next`: where this tile's P goes (the same array
       // unless ZYFA_DOUBLE_P).
       auto step = [&](auto diagonal, uint32_t(&cur)[32], uint32_t(&next)[32]) {
-        mbar_wait(bars.k_full(ring.slot), ring.parity);
-        mbar_wait(bars.v_full(prev.slot), prev.parity);
+        mbar_wait<kConsumersSleep>(bars.k_full(ring.slot), ring.parity);
+        mbar_wait<kConsumersSleep>(bars.v_full(prev.slot), prev.parity);
         turn.acquire();
         wgmma_fence();
         if constexpr (OVERLAP) {
@@ -432,7 +439,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       };
       // P V of the last key tile, from the fragments `last`.
       auto last_pv = [&](const uint32_t(&last)[32]) {
-        mbar_wait(bars.v_full(prev.slot), prev.parity);
+        mbar_wait<kConsumersSleep>(bars.v_full(prev.slot), prev.parity);
         turn.acquire();
         wgmma_fence();
         issue_pv(o, last, v_tile(prev));
@@ -463,7 +470,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         for (int kt = 1; kt < tile; ++kt) step(std::false_type{}, pf, pf);
         if (tile > 0) step(std::true_type{}, pf, pf);  // only the diagonal tile needs the causal mask
         // last_pv(pf), written out as the shipped kernels have it (a lambda call changes their bytes)
-        mbar_wait(bars.v_full(prev.slot), prev.parity);
+        mbar_wait<kConsumersSleep>(bars.v_full(prev.slot), prev.parity);
         turn.acquire();
         wgmma_fence();
         issue_pv(o, pf, v_tile(prev));

@@ -37,18 +37,36 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 
 // Waits until the phase with the given parity has completed. A fresh barrier counts its (virtual) previous phase,
 // parity 1, as complete, which lets producers wait on "empty" barriers from the first round on.
+// SLEEP: try_wait carries a suspend-time hint, and ptxas turns the retry into NANOSLEEP.SYNCS, which sleeps until a
+// barrier of the CTA changes. Without it a warp that waits long polls: profiled on the H200, the producer warp
+// issued one try_wait and branch every ~15 cycles, slots its SM sub-partition's consumer warps lose.
+constexpr uint32_t kSuspendHintNs = 10000000;  // an upper bound only: the phase completing ends the wait
+
+template <bool SLEEP = false>
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
   do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
+    if constexpr (SLEEP) {
+      asm volatile(
+          "{\n"
+          ".reg .pred p;\n"
+          "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+          "selp.u32 %0, 1, 0, p;\n"
+          "}\n"
+          : "=r"(done)
+          : "r"(bar), "r"(parity), "r"(kSuspendHintNs)
+          : "memory");
+    } else {
+      asm volatile(
+          "{\n"
+          ".reg .pred p;\n"
+          "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n"
+          "}\n"
+          : "=r"(done)
+          : "r"(bar), "r"(parity)
+          : "memory");
+    }
   } while (!done);
 }
 

@@ -83,7 +83,7 @@ def test_gfx950_stages(tmp_path):
 def test_sm90a_stages_are_unchanged(tmp_path):
     result = run_script("nope", env={"GPU_TARGET": "sm90a"}, tmp_path=tmp_path)
     assert result.returncode == 2
-    assert "unknown stage nope (install sass check sanitize bench exp2 variants)" in result.stderr
+    assert "unknown stage nope (install sass check sanitize bench exp2 variants profile)" in result.stderr
     text = (CI / "gpu.sh").read_text()
     assert "stages=(install sass check sanitize bench)" in text
 

@@ -61,7 +61,7 @@ def test_plan_describes_the_tensors_by_strides(layout):
     batch, seqlen, heads, heads_k = 2, 512, 8, 2
     (q, k, v, out), (qo, ko, vo, oo) = operands(batch, seqlen, heads, heads_k, 128, layout)
     kern = kernel()
-    p = sm90a.plan(kern, qo, ko, vo, oo, lse_ptr=0x1000, jobs_ptr=0x2000, num_jobs=40, multiprocessors=SMS,
+    p = sm90a.plan(kern, qo, ko, vo, oo, lse_ptr=0x1000, jobs_ptr=0x2000, num_jobs=40, grid=SMS,
                    softmax_scale=0.125)
     assert p.kernel is kern and p.grid == (40, 1, 1)
     spec = p.tensor_maps["k"]
@@ -82,7 +82,7 @@ def test_plan_describes_the_tensors_by_strides(layout):
 
 def test_plan_grid_is_persistent():
     _, (qo, ko, vo, oo) = operands(1, 256, 4, 4, 128, "bshd")
-    p = sm90a.plan(kernel(), qo, ko, vo, oo, 0x1000, 0x2000, num_jobs=10_000, multiprocessors=SMS, softmax_scale=1.0)
+    p = sm90a.plan(kernel(), qo, ko, vo, oo, 0x1000, 0x2000, num_jobs=10_000, grid=SMS, softmax_scale=1.0)
     assert p.grid == (SMS, 1, 1)
 
 
@@ -100,8 +100,9 @@ def test_plan_refuses_what_the_kernel_cannot_address():
 
 
 def test_schedule_and_kernel_follow_the_measured_crossover():
-    assert sm90a.schedule(sm90a.INDEPENDENT_FROM_SEQLEN - 256) == "pingpong"
-    assert sm90a.schedule(sm90a.INDEPENDENT_FROM_SEQLEN) == "independent"
+    for d_qk, crossover in sm90a.INDEPENDENT_FROM_SEQLEN.items():
+        assert sm90a.schedule(d_qk, crossover - 256) == "pingpong"
+        assert sm90a.schedule(d_qk, crossover) == "independent"
     assert sm90a.find_kernel(torch.bfloat16, 192, 128, 32768).name == "sm90a_fwd_bf16_d192_128_independent"
     assert sm90a.find_kernel(torch.bfloat16, 128, 128, 2048).name == "sm90a_fwd_bf16_d128_pingpong"
 

@@ -25,8 +25,9 @@ TMA_BOX_COLS = 64  # BF16 columns per TMA box: 128 bytes, the widest the 128-byt
 TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned global addresses and strides
 SWIZZLE = 128  # bytes: the 128-byte swizzle the kernels' shared-memory layout assumes
 DTYPES = {torch.bfloat16: "bf16"}
-# From this padded length on the consumer warpgroups issue independently instead of in ping-pong (measured, H200).
-INDEPENDENT_FROM_SEQLEN = 16384
+# d_qk -> the padded length from which the consumer warpgroups issue independently instead of in ping-pong
+# (measured on the H200, docs/sm90a.md).
+INDEPENDENT_FROM_SEQLEN = {128: 4096, 192: 8192}
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def tensor_map_spec(name: str, x: Operand, dtype: str, rows: int) -> TensorMapSp
 
 
 def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int, jobs_ptr: int, num_jobs: int,
-         multiprocessors: int, softmax_scale: float) -> Plan:
+         grid: int, softmax_scale: float) -> Plan:
     """Kernel arguments for one call. q, k, v, out are (batch, seqlen, heads, dim) views; seqlen is padded."""
     batch, seqlen, heads, _ = q.shape
     heads_k = k.shape[2]
@@ -89,22 +90,22 @@ def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int,
         "out_stride_s": out.strides[1],
         "out_stride_h": out.strides[2],
     }
-    return Plan(kernel, (min(num_jobs, multiprocessors), 1, 1), maps, args)
+    return Plan(kernel, (min(num_jobs, grid), 1, 1), maps, args)
 
 
 # ---- device-side state, cached -----------------------------------------------------------------------------------
 
 
-def schedule(seqlen: int) -> str:
-    """The consumer schedule measured faster on the H200 for this (padded) sequence length."""
-    return "pingpong" if seqlen < INDEPENDENT_FROM_SEQLEN else "independent"
+def schedule(d_qk: int, seqlen: int) -> str:
+    """The consumer schedule measured faster on the H200 for this head dim and (padded) sequence length."""
+    return "pingpong" if seqlen < INDEPENDENT_FROM_SEQLEN.get(d_qk, 0) else "independent"
 
 
 def find_kernel(dtype: torch.dtype, d_qk: int, d_v: int, seqlen: int):
     """The manifest's kernel for these inputs (dtype one of DTYPES) and the schedule for this length."""
     try:
         return loader().manifest().find(target=TARGET, dtype=DTYPES[dtype], d_qk=d_qk, d_v=d_v,
-                                          schedule=schedule(seqlen))
+                                          schedule=schedule(d_qk, seqlen))
     except KeyError as error:
         raise ValueError(f"sm90a: no kernel for head dims d_qk={d_qk}, d_v={d_v}: {error}") from None
 
@@ -134,14 +135,25 @@ def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layo
     return run(find_kernel(q.dtype, q.shape[-1], v.shape[-1], seqlen), q, k, v, softmax_scale, layout)
 
 
-def run(kernel, q, k, v, softmax_scale: float, layout: str):
-    """One launch of `kernel` (a manifest entry; the benchmark also passes variants) on the current stream."""
+def host_job_table(batch: int, heads: int, num_tiles: int, grid: int, balanced: bool = True):
+    """(rounds, width, 4) jobs: balanced over `grid` CTAs (zyfa.jobs.balanced_jobs), or the plain pairs as one round
+    of the table's length (the kernel's walk then spreads them round-robin)."""
+    if balanced:
+        return job_tables.balanced_jobs(batch, heads, num_tiles, grid)
+    return job_tables.paired_jobs(batch, heads, num_tiles)[None]
+
+
+def run(kernel, q, k, v, softmax_scale: float, layout: str, *, balanced: bool = True):
+    """One launch of `kernel` (a manifest entry; the benchmark also passes variants) on the current stream.
+    balanced=False walks the plain paired table (for the benchmark's comparison)."""
     qo, ko, vo = (Operand.of(t, layout) for t in (q, k, v))
     batch, seqlen, heads, _ = qo.shape
     out, lse = outputs(q, batch, seqlen, heads, kernel.d_v, layout)
     device = device_index(q)
-    jobs = job_table(job_tables.paired_jobs, batch, heads, math.ceil(seqlen / kernel.tile_m), device=device)
-    p = plan(kernel, qo, ko, vo, Operand.of(out, layout), lse.data_ptr(), jobs.data_ptr(), jobs.shape[0],
-             multiprocessors(device), softmax_scale)
+    jobs = job_table(host_job_table, batch, heads, math.ceil(seqlen / kernel.tile_m), multiprocessors(device),
+                     balanced, device=device)
+    grid = jobs.shape[1] if balanced else multiprocessors(device)
+    p = plan(kernel, qo, ko, vo, Operand.of(out, layout), lse.data_ptr(), jobs.data_ptr(),
+             jobs.shape[0] * jobs.shape[1], grid, softmax_scale)
     launch(p, device, current_stream(device))
     return out, lse

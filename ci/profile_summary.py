@@ -1,0 +1,120 @@
+"""Summarise an Nsight Compute profile of the attention kernels (`ci/gpu.sh profile`) as one markdown page: per
+kernel the headline metrics, the executed instruction mix, where warps stall (sampled, by reason and by opcode),
+and the mbarrier try-waits executed most (a warp that polls a barrier issues one, and a branch, per attempt).
+
+    python ci/profile_summary.py OUT/profile.txt OUT/profile_sass.csv [--top 12] > summary.md
+
+profile.txt is `ncu -i REPORT` (the sections' tables), profile_sass.csv is `ncu -i REPORT --page source --csv
+--print-source sass` (one block per kernel, each opened by a "Kernel Name" row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import re
+import sys
+
+HEADLINE = ("Duration", "SM Frequency", "Compute (SM) Throughput", "Issue Slots Busy", "Executed Ipc Active",
+            "Eligible Warps Per Scheduler", "Warp Cycles Per Issued Instruction", "L2 Cache Throughput",
+            "DRAM Throughput")
+SAMPLES = "Warp Stall Sampling (All Samples)"
+EXECUTED = "Instructions Executed"
+TRY_WAITS = 4  # the most executed try-wait instructions listed per kernel
+
+
+def headline_metrics(text: str) -> dict[str, dict[str, str]]:
+    """kernel -> metric -> "value unit", from the section tables of `ncu -i`."""
+    out: dict[str, dict[str, str]] = {}
+    kernel = None
+    for line in text.splitlines():
+        head = re.match(r"\s{2}(\S+) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\)", line)
+        if head:
+            kernel = head.group(1)
+            out[kernel] = {}
+            continue
+        for name in HEADLINE:
+            match = re.match(rf"\s+{re.escape(name)}\s+(\S*)\s+([\d.,]+)\s*$", line)
+            if kernel and match:
+                unit, value = match.groups()
+                out[kernel].setdefault(name, f"{value} {unit}".strip())
+    return out
+
+
+def sass_rows(lines) -> dict[str, list[dict[str, str]]]:
+    """kernel -> rows of the source page (one per SASS instruction)."""
+    kernels: dict[str, list[dict[str, str]]] = collections.defaultdict(list)
+    kernel, header = None, None
+    for row in csv.reader(lines):
+        if len(row) >= 2 and row[0] == "Kernel Name":
+            kernel, header = row[1], None
+        elif row and row[0] == "Address":
+            header = row
+        elif kernel and header and len(row) == len(header):
+            kernels[kernel].append(dict(zip(header, row, strict=True)))
+    return kernels
+
+
+def opcode(source: str) -> str:
+    tokens = source.split()
+    if not tokens:
+        return "?"
+    return tokens[1] if tokens[0].startswith("@") and len(tokens) > 1 else tokens[0]
+
+
+def number(text: str) -> int:
+    return int(text.replace(",", "") or 0) if text.replace(",", "").isdigit() else 0
+
+
+def summarise(kernel: str, rows: list[dict[str, str]], metrics: dict[str, str], top: int) -> list[str]:
+    executed = collections.Counter()
+    samples = collections.Counter()
+    reasons = collections.Counter()
+    reason_names = [k for k in rows[0] if k.startswith("stall_") and "Not Issued" not in k] if rows else []
+    for row in rows:
+        op = opcode(row["Source"])
+        executed[op] += number(row.get(EXECUTED, "0"))
+        samples[op] += number(row.get(SAMPLES, "0"))
+        for reason in reason_names:
+            reasons[reason.removeprefix("stall_")] += number(row[reason])
+    total_exec, total_samples = sum(executed.values()) or 1, sum(samples.values()) or 1
+    waits = sorted(((number(r.get(EXECUTED, "0")), r["Source"].strip()) for r in rows if "TRYWAIT" in r["Source"]),
+                   reverse=True)[:TRY_WAITS]
+
+    lines = [f"## {kernel}", ""]
+    if metrics:
+        lines += ["| metric | value |", "|---|---|"]
+        lines += [f"| {k} | {metrics[k]} |" for k in HEADLINE if k in metrics] + [""]
+    lines += [f"Executed instructions (warp level): {total_exec:,}. Most executed:", "",
+              "| opcode | executed | share |", "|---|---|---|"]
+    lines += [f"| {op} | {n:,} | {100 * n / total_exec:.1f}% |" for op, n in executed.most_common(top)]
+    lines += ["", f"Stall samples: {total_samples:,}. By reason:", "", "| reason | share |", "|---|---|"]
+    lines += [f"| {r} | {100 * n / total_samples:.1f}% |" for r, n in reasons.most_common(top // 2)]
+    lines += ["", "By opcode of the stalled instruction:", "", "| opcode | share |", "|---|---|"]
+    lines += [f"| {op} | {100 * n / total_samples:.1f}% |" for op, n in samples.most_common(top)]
+    if waits:
+        lines += ["", "Most executed try-waits (each attempt also issues a branch):", ""]
+        lines += [f"- {n:,} ({100 * n / total_exec:.1f}% of the instructions): `{src}`" for n, src in waits]
+    return lines + [""]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("details", help="ncu -i REPORT output (profile.txt)")
+    ap.add_argument("sass_csv", help="ncu -i REPORT --page source --csv --print-source sass output")
+    ap.add_argument("--top", type=int, default=12, help="rows per table")
+    args = ap.parse_args()
+    with open(args.details) as f:
+        metrics = headline_metrics(f.read())
+    with open(args.sass_csv, newline="") as f:
+        kernels = sass_rows(f)
+    out = ["# Nsight Compute profile", ""]
+    for kernel, rows in kernels.items():
+        out += summarise(kernel, rows, metrics.get(kernel, {}), args.top)
+    print("\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
