@@ -4,8 +4,9 @@ protocol, with fewer repetitions when asked: see --calls, --warmup, --rounds).
 Causal, batch 1, S in --seqlens, max(32, 262144/S) query heads, MHA and GQA 4:1, Gaussian q/k/v with std 0.1,
 throughput = B H S^2 (d_qk + d_v) / time, kernel-only device time (CUDA graph replays of `calls` calls after
 `warmup` calls), kernels in rotated order over `rounds` rounds, the median round reported. Also measured: the
-relative RMS error against float64 of ours and cuDNN's (on --error-heads heads), and the kernel variants
-(--variants DIR, a manifest of builds that leave a stage out: benchmarks/sm90a_variants.py).
+relative RMS error against float64 of ours and cuDNN's (on --error-heads heads), the dispatched kernel on the plain
+paired job table ("paired", to see what the balanced table gains), the shipped kernel of the other schedule, and the
+kernel variants (--variants DIR, a manifest of builds that leave a stage out: benchmarks/sm90a_variants.py).
 
     python benchmarks/sm90a_bf16.py --out DIR [--seqlens 2048 8192 ...] [--variants DIR]
 Writes DIR/bench_sm90a.json and prints the table last.

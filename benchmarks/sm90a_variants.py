@@ -5,14 +5,15 @@ benchmark (benchmarks/sm90a_bf16.py) and the GPU check (ci/gpu_check.py --varian
 
 Variants of each kernel: no intra-warpgroup overlap (QK^T of the next tile waits for P V of the current one),
 neither overlap nor ping-pong, x - m with the model's two roundings instead of one FMA, a ring one stage deeper
-where shared memory allows, and 2, 4 or 6 of the 16 groups of four scores per thread and tile with their
-exponentials on the FMA pipe (polyN). Candidates for the d=128 target (docs/sm90a.md, "Prepared for the next run"):
-the softmax pinned ahead of the P V wait (pin), with wgmma descriptors advanced by one add (pin_desc), and with
-double-buffered P fragments on top (pin_p2_desc, d_qk = 128 only: it spills at 192). By default only the ping-pong
-kernels get variants. They are for measurement only and never shipped.
+where shared memory allows, 2, 4 or 6 of the 16 groups of four scores per thread and tile with their exponentials
+on the FMA pipe (polyN), the softmax left unpinned (unpinned: the independent kernels as shipped before) or pinned
+ahead of the P V wait (pin, pin_desc with wgmma descriptors advanced by one add, pin_p2_desc with double-buffered P
+fragments on top: d_qk = 128 only, it spills at 192; docs/sm90a.md, "Pinning the softmax"), and mbarrier waits
+that sleep instead of polling (sleep: the producer's, sleep_all: every wait). By default only the ping-pong kernels
+get variants. They are for measurement only and never shipped.
 
-ci/gpu.sh runs this script with the folder alone; env SM90A_VARIANT_ARGS supplies further arguments there, e.g.
-SM90A_VARIANT_ARGS="--only pin pin_desc --d-qk 128 --schedules pingpong independent".
+ci/gpu.sh runs this script with the folder alone; env SM90A_VARIANT_ARGS supplies further arguments there (and
+makes its bench stage time them), e.g. SM90A_VARIANT_ARGS="--only unpinned --schedules independent".
 """
 
 from __future__ import annotations

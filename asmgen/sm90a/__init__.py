@@ -120,8 +120,9 @@ POLY_EXP2_GROUPS = 0
 
 # Schedules whose kernels tie the softmax to a barrier arrive ahead of the P V wait, so that ptxas keeps it under
 # the running P V (ZYFA_PIN_SOFTMAX in attention_fwd.cu), and advance wgmma descriptors from a tile's base by one
-# add (ZYFA_DESC_ADD). Measured on the H200 (docs/sm90a.md): +3-5% for the independent consumers at S = 8K-32K,
-# d = 128; slower in ping-pong (-2% to -8%), where the other consumer's GEMMs already cover the softmax.
+# add (ZYFA_DESC_ADD). Measured on the H200 (docs/sm90a.md): +0-4% for the independent consumers at S = 8K-32K,
+# d = 128; in ping-pong, where the other consumer's GEMMs already cover the softmax, -1% to +3% there and -5% to -8%
+# at 2K.
 PINNED_SCHEDULES = ("independent",)
 # Which mbarrier waits sleep until a barrier changes instead of polling (ZYFA_WAIT_HINT): 0 none (the shipped
 # kernels), 1 the producer's, 2 every wait. The polling producer takes issue slots from its SM sub-partition's
