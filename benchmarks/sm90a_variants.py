@@ -8,8 +8,9 @@ neither overlap nor ping-pong, x - m with the model's two roundings instead of o
 where shared memory allows, 2, 4 or 6 of the 16 groups of four scores per thread and tile with their exponentials
 on the FMA pipe (polyN), the softmax left unpinned (unpinned: the independent kernels as shipped before) or pinned
 ahead of the P V wait (pin, pin_desc with wgmma descriptors advanced by one add, pin_p2_desc with double-buffered P
-fragments on top: d_qk = 128 only, it spills at 192; docs/sm90a.md, "Pinning the softmax"), and mbarrier waits
-that sleep instead of polling (sleep: the producer's, sleep_all: every wait). By default only the ping-pong kernels
+fragments on top: d_qk = 128 only, it spills at 192; docs/sm90a.md, "Pinning the softmax"), mbarrier waits that
+sleep instead of polling (sleep: the producer's, sleep_all: every wait), and a query tile's last P V issued with
+the next tile's first QK^T (cross_tile). By default only the ping-pong kernels
 get variants. They are for measurement only and never shipped.
 
 ci/gpu.sh runs this script with the folder alone; env SM90A_VARIANT_ARGS supplies further arguments there (and
@@ -42,6 +43,7 @@ VARIANTS = {
     "pin": {"pin_softmax": True, "desc_add": False},
     "pin_desc": {"pin_softmax": True, "desc_add": True},
     "pin_p2_desc": {"pin_softmax": True, "desc_add": True, "double_p": True},
+    "cross_tile": {"cross_tile": True},
 }
 # Variants that fit the 240 consumer registers only at this d_qk (the others spill, which fails the build).
 ONLY_AT_D_QK = {"pin_p2_desc": 128}

@@ -128,6 +128,9 @@ PINNED_SCHEDULES = ("independent",)
 # kernels), 1 the producer's, 2 every wait. The polling producer takes issue slots from its SM sub-partition's
 # consumer warps, but sleeping measured neutral on the H200 (-3% to +2%, docs/sm90a.md, "Profile").
 WAIT_HINT = 0
+# Whether a query tile's last P V and the CTA's next tile's first QK^T are issued together (ZYFA_CROSS_TILE), so that
+# the per-tile fill and drain overlap: off in the shipped kernels until measured; a variant.
+CROSS_TILE = False
 # Whether P fragments are double-buffered so their BF16 packing runs ahead of the P V wait (ZYFA_DOUBLE_P): off in
 # the shipped kernels (measured no faster than pinning alone); a variant of benchmarks/sm90a_variants.py.
 DOUBLE_P = False
@@ -135,7 +138,8 @@ DOUBLE_P = False
 
 def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None, fma_scale: bool = True,
             poly_exp2_groups: int = POLY_EXP2_GROUPS, pin_softmax: bool | None = None,
-            double_p: bool = DOUBLE_P, desc_add: bool | None = None, wait_hint: int = WAIT_HINT) -> list[str]:
+            double_p: bool = DOUBLE_P, desc_add: bool | None = None, wait_hint: int = WAIT_HINT,
+            cross_tile: bool = CROSS_TILE) -> list[str]:
     """Preprocessor configuration of one kernel; the keywords give the variants the benchmark compares (pingpong,
     pin_softmax and desc_add default to the kernel's schedule)."""
     if pingpong is None:
@@ -158,6 +162,7 @@ def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None,
         f"-DZYFA_DOUBLE_P={int(double_p)}",
         f"-DZYFA_DESC_ADD={int(desc_add)}",
         f"-DZYFA_WAIT_HINT={int(wait_hint)}",
+        f"-DZYFA_CROSS_TILE={int(cross_tile)}",
     ]
 
 

@@ -21,21 +21,26 @@
 //                  exponentials from the FMA-pipe polynomial (exp2_poly) instead of ex2 (MUFU), except in a query
 //                  tile's first and diagonal key tiles (0 in the shipped kernels: measured slower, docs/sm90a.md)
 //   ZYFA_PIN_SOFTMAX  keep the softmax ahead of the P V wait in the SASS (1, the shipped independent kernels), or
-//                  leave its place to ptxas (0, the shipped ping-pong kernels). ptxas sees no dependency between the softmax and `wgmma.wait_group` and sinks
-//                  the exponentials, row sums and the quad reduction past the wait, so only the local row maxima
-//                  overlap P V. With 1, the release of the K slot moves from just after the S wait to just before
-//                  the P V wait and its barrier address is made to depend on the row sums (a select ptxas cannot
-//                  fold). ptxas keeps that mbarrier arrive (a shared-memory operation) ahead of the wait, and so
-//                  the softmax it depends on. Costs 2 instructions (FADD, select) per tile; see docs/sm90a.md.
+//                  leave its place to ptxas (0, the shipped ping-pong kernels). ptxas sees no dependency between
+//                  the softmax and `wgmma.wait_group` and sinks the exponentials, row sums and the quad reduction
+//                  past the wait, so only the local row maxima overlap P V. With 1, the release of the K slot moves
+//                  from just after the S wait to just before the P V wait and its barrier address is made to depend
+//                  on the row sums (a select ptxas cannot fold). ptxas keeps that mbarrier arrive (a shared-memory
+//                  operation) ahead of the wait, and so the softmax it depends on. Costs 2 instructions (FADD,
+//                  select) per tile; see docs/sm90a.md.
 //   ZYFA_DESC_ADD  build each wgmma's shared-memory descriptors by adding the step's offset to a tile's base
 //                  descriptor (one 32-bit add, smem_desc_advance; the shipped independent kernels) instead of
-//                  encoding each from its address (0, the ping-pong kernels: about five integer instructions and an extra R2UR per wgmma, on the
-//                  GEMM-issue path that the other consumer waits behind under ping-pong)
+//                  encoding each from its address (0, the ping-pong kernels: about five integer instructions and an
+//                  extra R2UR per wgmma, on the GEMM-issue path that the other consumer waits behind under
+//                  ping-pong)
 //   ZYFA_DOUBLE_P  two sets of P fragments used in turn (1), or one (0, the shipped kernels): with two, the BF16
 //                  packing of tile j's P goes ahead of the P V wait (P V of tile j-1 reads the other set), leaving
 //                  only the rescale of O after it; costs 32 registers and a loop unrolled by two. Needs
 //                  ZYFA_PIN_SOFTMAX: the pinned barrier address then also depends on the OR of the packed
 //                  fragments, otherwise ptxas sinks the packing past the wait again.
+//   ZYFA_CROSS_TILE  the last P V of a query tile and the first QK^T of the CTA's next tile are issued together,
+//                  the next tile's first softmax runs under that P V and the epilogue after it (1), or each query
+//                  tile starts with its QK^T alone and ends with its P V alone (0, the shipped kernels)
 //   ZYFA_WAIT_HINT which mbarrier waits sleep until a barrier changes instead of polling (mbar_wait): none (0, the
 //                  shipped kernels), the producer's (1: it waits most of the time), or every wait (2); measured
 //                  neutral
@@ -70,6 +75,7 @@ constexpr bool kProducerSleeps = ZYFA_WAIT_HINT >= 1;
 constexpr bool kConsumersSleep = ZYFA_WAIT_HINT >= 2;
 constexpr bool kDoubleP = ZYFA_DOUBLE_P != 0;
 constexpr bool kDescAdd = ZYFA_DESC_ADD != 0;
+constexpr bool kCrossTile = ZYFA_CROSS_TILE != 0;
 
 template <int D_QK, int D_V, int STAGES>
 struct SharedLayout {
@@ -332,6 +338,16 @@ __device__ __forceinline__ void mask_diagonal(float (&s)[64], int row0, int lane
     if (acc_col(r, lane) > row0 + 8 * acc_half(r)) s[r] = -CUDART_INF_F;
 }
 
+// ZYFA_CROSS_TILE: the query tile this CTA computes after tile `i` of `job` (at row `index` of the table), or -1.
+__device__ __forceinline__ int next_tile(const Params& p, const Job& job, int index, int i) {
+  if (i + 1 < job.num_tiles()) return job.tile(i + 1);
+  for (int next = index + gridDim.x; next < p.num_jobs; next += gridDim.x) {
+    const Job after = load_job(p.jobs, next);
+    if (after.num_tiles() > 0) return after.tile(0);
+  }
+  return -1;
+}
+
 template <int D_QK, int D_V, int STAGES, bool OVERLAP, bool PINGPONG>
 __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, int consumer) {
   using L = SharedLayout<D_QK, D_V, STAGES>;
@@ -345,6 +361,9 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   if (consumer == 1) turn.release();  // the first consumer goes first
 
   RingPos<STAGES> ring;
+  RingPos<STAGES> prev;  // the ring slot whose V the next P V reads
+  RowState st;
+  bool started = false;  // ZYFA_CROSS_TILE: the previous tile already ran this tile's first key tile
   uint32_t q_parity = 0;
   float s[64], o[64];
   uint32_t pf[32];  // P fragments read by the next P V
@@ -356,6 +375,24 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
   };
+  // Epilogue of a query tile: O / l to BF16, lse = ln2 (m + log2 l), with log2 l = -log2(1/l).
+  auto store_tile = [&](const Job& job, int tile, const RowState& rows) {
+    const int row = tile * kTileM + consumer * kRowsPerConsumer + 16 * warp + lane / 4;
+    const int head_row = job.batch * p.heads + job.head;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float inv_l = 1.0f / quad_sum(rows.l[h]);  // one division per row; O * (1/l) is within an FP32 ulp
+      const int q = row + 8 * h;
+      uint16_t* out = p.out + job.batch * p.out_stride_b + q * p.out_stride_s + job.head * p.out_stride_h;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int r = 4 * i + 2 * h;
+        *reinterpret_cast<uint32_t*>(out + acc_col(r, lane)) = pack_bf16x2(o[r] * inv_l, o[r + 1] * inv_l);
+      }
+      if (lane % 4 == 0)
+        p.lse[static_cast<long long>(head_row) * p.seqlen + q] = kLn2 * (rows.m[h] - log2f(inv_l));
+    }
+  };
 
   for (int index = blockIdx.x; index < p.num_jobs; index += gridDim.x) {
     const Job job = load_job(p.jobs, index);
@@ -363,33 +400,36 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       const int tile = job.tile(i);
       // Row of this thread's first row inside the diagonal key tile.
       const int diag_row = consumer * kRowsPerConsumer + 16 * warp + lane / 4;
-      RowState st{{-CUDART_INF_F, -CUDART_INF_F}, {0.0f, 0.0f}};
       float factor[2];
+      if (!(kCrossTile && started)) {  // the tile's first key tile, unless the previous tile ran it (cross-tile)
+        st = RowState{{-CUDART_INF_F, -CUDART_INF_F}, {0.0f, 0.0f}};
 #pragma unroll
-      for (int r = 0; r < 64; ++r) o[r] = 0.0f;
+        for (int r = 0; r < 64; ++r) o[r] = 0.0f;
 
-      mbar_wait<kConsumersSleep>(bars.q_full(), q_parity);
-      q_parity ^= 1;
+        mbar_wait<kConsumersSleep>(bars.q_full(), q_parity);
+        q_parity ^= 1;
 
-      // Key tile 0: QK^T alone (no P V before it).
-      mbar_wait<kConsumersSleep>(bars.k_full(ring.slot), ring.parity);
-      turn.acquire();
-      wgmma_fence();
-      issue_qk<D_QK>(s, q_rows, k_tile(ring));
-      wgmma_commit();
-      turn.release();
-      wgmma_wait<0>();
-      fence_regs(s);
-      release(bars.k_empty(ring.slot));
-      if (tile == 0) {
-        release(bars.q_empty());
-        mask_diagonal(s, diag_row, lane);
+        // Key tile 0: QK^T alone (no P V before it).
+        mbar_wait<kConsumersSleep>(bars.k_full(ring.slot), ring.parity);
+        turn.acquire();
+        wgmma_fence();
+        issue_qk<D_QK>(s, q_rows, k_tile(ring));
+        wgmma_commit();
+        turn.release();
+        wgmma_wait<0>();
+        fence_regs(s);
+        release(bars.k_empty(ring.slot));
+        if (tile == 0) {
+          release(bars.q_empty());
+          mask_diagonal(s, diag_row, lane);
+        }
+        softmax_tile<0>(s, st, scale_log2, kTau, factor);  // ex2 only: this tile may be the diagonal one
+        pack_p(s, pf);
+
+        prev = ring;
+        ring.advance();
       }
-      softmax_tile<0>(s, st, scale_log2, kTau, factor);  // ex2 only: this tile may be the diagonal one
-      pack_p(s, pf);
-
-      RingPos<STAGES> prev = ring;
-      ring.advance();
+      started = false;
       // One key tile after the first: S of this tile and P V of the previous one in flight together.
       // `cur`: fragments of the previous tile, read by its P V; `next`: where this tile's P goes (the same array
       // unless ZYFA_DOUBLE_P).
@@ -469,6 +509,46 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       } else {
         for (int kt = 1; kt < tile; ++kt) step(std::false_type{}, pf, pf);
         if (tile > 0) step(std::true_type{}, pf, pf);  // only the diagonal tile needs the causal mask
+        if constexpr (kCrossTile) {
+          const int next = next_tile(p, job, index, i);
+          if (next >= 0) {
+            // This tile's last P V and the next tile's first QK^T in flight together; the next tile's first
+            // softmax runs under the P V, this tile's epilogue after it.
+            mbar_wait<kConsumersSleep>(bars.q_full(), q_parity);
+            q_parity ^= 1;
+            mbar_wait<kConsumersSleep>(bars.k_full(ring.slot), ring.parity);
+            mbar_wait<kConsumersSleep>(bars.v_full(prev.slot), prev.parity);
+            turn.acquire();
+            wgmma_fence();
+            issue_qk<D_QK>(s, q_rows, k_tile(ring));
+            wgmma_commit();
+            issue_pv(o, pf, v_tile(prev));
+            wgmma_commit();
+            turn.release();
+            wgmma_wait<1>();
+            fence_regs(s);
+            const RowState done = st;
+            st = RowState{{-CUDART_INF_F, -CUDART_INF_F}, {0.0f, 0.0f}};
+            if (next == 0) {
+              release(bars.q_empty());
+              mask_diagonal(s, diag_row, lane);
+            }
+            softmax_tile<0>(s, st, scale_log2, kTau, factor);  // its factor is not applied: O starts at 0
+            fence_regs(s);
+            release(pinned_address(bars.k_empty(ring.slot), st));  // the softmax stays under P V (both schedules)
+            wgmma_wait<0>();
+            fence_regs(o);
+            release(bars.v_empty(prev.slot));
+            store_tile(job, tile, done);
+#pragma unroll
+            for (int r = 0; r < 64; ++r) o[r] = 0.0f;
+            pack_p(s, pf);
+            prev = ring;
+            ring.advance();
+            started = true;
+            continue;
+          }
+        }
         // last_pv(pf), written out as the shipped kernels have it (a lambda call changes their bytes)
         mbar_wait<kConsumersSleep>(bars.v_full(prev.slot), prev.parity);
         turn.acquire();
@@ -481,21 +561,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         release(bars.v_empty(prev.slot));
       }
 
-      // Epilogue: O / l to BF16, lse = ln2 (m + log2 l), with log2 l = -log2(1/l).
-      const int row = tile * kTileM + diag_row;
-      const int head_row = job.batch * p.heads + job.head;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float inv_l = 1.0f / quad_sum(st.l[h]);  // one division per row; O * (1/l) is within an FP32 ulp
-        const int q = row + 8 * h;
-        uint16_t* out = p.out + job.batch * p.out_stride_b + q * p.out_stride_s + job.head * p.out_stride_h;
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const int r = 4 * i + 2 * h;
-          *reinterpret_cast<uint32_t*>(out + acc_col(r, lane)) = pack_bf16x2(o[r] * inv_l, o[r + 1] * inv_l);
-        }
-        if (lane % 4 == 0) p.lse[static_cast<long long>(head_row) * p.seqlen + q] = kLn2 * (st.m[h] - log2f(inv_l));
-      }
+      store_tile(job, tile, st);
     }
   }
 }
@@ -542,6 +608,7 @@ static_assert(zyfa::SharedLayout<ZYFA_D_QK, ZYFA_D_V, ZYFA_STAGES>::kBytes + zyf
               "shared memory layout and manifest disagree");
 static_assert(ZYFA_D_V == zyfa::kTileN, "the PV product is one 64x128 accumulator: d_v must be 128");
 static_assert(ZYFA_D_QK % zyfa::kBoxCols == 0, "d_qk must be a multiple of 64");
+static_assert(!(ZYFA_CROSS_TILE && ZYFA_DOUBLE_P), "ZYFA_CROSS_TILE is written for one set of P fragments");
 static_assert(!ZYFA_DOUBLE_P || (ZYFA_OVERLAP && ZYFA_PIN_SOFTMAX),
               "ZYFA_DOUBLE_P needs the overlapped schedule and ZYFA_PIN_SOFTMAX (without it ptxas sinks the packing "
               "past the wait and spills)");
