@@ -46,11 +46,11 @@ def chiplet_order(jobs: np.ndarray, grid: int, chiplets: int) -> np.ndarray:
 def balanced_jobs(batch: int, heads: int, num_tiles: int, grid: int) -> np.ndarray:
     """Jobs for a persistent grid, as an array (rounds, width, 4): row r, column w is workgroup w's r-th job.
 
-    Whole pairs of paired_jobs fill every round but the last one or two, in order (consecutive workgroups share a
-    head). A round of G pairs leaves the grid idle for the rest of the last round when the pairs do not divide
-    evenly (up to a whole round: 3% of the time at 31.03 rounds); so the pairs of the last two rounds are split
-    into single tiles (work t + 1 key tiles for tile t) and dealt largest first to the least-loaded workgroup, and
-    workgroups that end up with fewer jobs get empty ones. width = min(grid, number of pairs and single tiles).
+    Whole pairs of paired_jobs fill the rounds but the last TAIL_ROUNDS and a fraction, in order (consecutive
+    workgroups share a head). Pairs alone leave the grid idle for the rest of the last round when they do not divide
+    evenly (nearly a whole round at 31.03 rounds: 3% of the time); so the remaining pairs are split into single
+    tiles (work t + 1 key tiles for tile t) and dealt largest first to the least-loaded workgroup, and workgroups
+    that end up with fewer jobs get empty ones. width = grid, or the number of single tiles when that is smaller.
     """
     pairs = paired_jobs(batch, heads, num_tiles)
     full_rounds = max(len(pairs) // grid - TAIL_ROUNDS, 0)
