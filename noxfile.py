@@ -24,7 +24,7 @@ nox.options.sessions = ["lint", "tests"]
 TORCH_CPU = "torch==2.13.0"  # the CPU build on machines without a GPU
 PACKAGES = ("packages/zyfa-kernels", "packages/zyfa-torch", "packages/zyfa-tools")
 LLVM = ("clang-22", "ld.lld-22", "llvm-mc-22", "llvm-objdump-22", "llvm-readelf-22")
-BUILD_TOOLS = ("nvidia-cuda-cuobjdump", "tinygrad==0.14.0")
+BUILD_TOOLS = ("nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm", "tinygrad==0.14.0")  # nvdisasm: cuobjdump --dump-sass
 
 
 def _has_gpu() -> bool:
