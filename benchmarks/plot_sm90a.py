@@ -1,0 +1,73 @@
+"""Chart of sm90a benchmark runs: ZYFA's throughput relative to cuDNN's per sequence length, one panel per head-dim
+configuration, MHA and GQA, one line per run (each run's ratios come from that run alone), with the 1.10x target.
+
+    python benchmarks/plot_sm90a.py RUN.json [RUN.json ...] --out docs/sm90a-ratios.png [--label NAME ...]
+
+RUN.json is what benchmarks/sm90a_bf16.py writes (bench_sm90a.json); the line is its "zyfa" column, the public call
+as dispatched in that run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+TARGET = 1.10
+HEAD_DIMS = ((128, 128), (192, 128))
+
+
+def ratios(report: dict, d_qk: int, d_v: int, gqa: bool) -> list[tuple[int, float]]:
+    """(seqlen, ours / cuDNN) of one run for one configuration, in order of seqlen."""
+    out = []
+    for row in report["rows"]:
+        if (row["d_qk"], row["d_v"]) != (d_qk, d_v) or (row["heads_k"] != row["heads"]) != gqa:
+            continue
+        t = row["tflops"]
+        if "zyfa" in t and t.get("cudnn"):
+            out.append((row["seqlen"], t["zyfa"] / t["cudnn"]))
+    return sorted(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", help="bench_sm90a.json files")
+    ap.add_argument("--out", required=True, help="image to write (.png)")
+    ap.add_argument("--label", nargs="+", help="one name per run (default: the file names)")
+    args = ap.parse_args()
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    reports = [json.loads(Path(path).read_text()) for path in args.runs]
+    labels = args.label or [Path(path).stem for path in args.runs]
+    if len(labels) != len(reports):
+        ap.error("--label needs one name per run")
+    fig, axes = plt.subplots(1, len(HEAD_DIMS), figsize=(11, 4), sharey=True)
+    for ax, (d_qk, d_v) in zip(axes, HEAD_DIMS, strict=True):
+        for index, (report, label) in enumerate(zip(reports, labels, strict=True)):
+            for gqa, style in ((False, "-"), (True, "--")):
+                points = ratios(report, d_qk, d_v, gqa)
+                if points:
+                    xs, ys = zip(*points, strict=True)
+                    ax.plot(xs, ys, style, marker="o", color=f"C{index}",
+                            label=f"{label}, {'GQA 4:1' if gqa else 'MHA'}")
+        ax.axhline(TARGET, color="grey", linewidth=1, linestyle=":")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length")
+        ax.set_title(f"d_qk = {d_qk}, d_v = {d_v}")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(f"ZYFA / cuDNN BF16 throughput (target {TARGET:.2f})")
+    axes[-1].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"sm90a BF16 causal forward, {reports[0]['device']}: ratio to cuDNN in the same run")
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=120)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
