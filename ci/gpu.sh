@@ -81,6 +81,7 @@ for stage in "${stages[@]}"; do
         echo "$(basename "$cubin"): $hgmma HGMMA, $local_ops local-memory instructions"
         [ "$hgmma" -gt 0 ] && [ "$local_ops" -eq 0 ]
       done
+      "$PY" -m asmgen.sm90a report | tee "$OUT/sass_report.md"  # the key-tile steps (asmgen/sm90a/sass.py)
       ;;
     check)
       "$PY" ci/gpu_check.py --out "$OUT"

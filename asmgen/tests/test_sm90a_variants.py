@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from asmgen import sm90a
+from asmgen.sm90a import sass
 
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("sm90a_variants", ROOT / "benchmarks" / "sm90a_variants.py")
@@ -30,11 +31,6 @@ def prepared(tmp_path_factory):
     return folder, json.loads((folder / "manifest.json").read_text())["kernels"]
 
 
-def sass(path: Path) -> str:
-    return subprocess.run([sm90a.cuobjdump(), "--dump-sass", str(path)], capture_output=True, text=True,
-                          check=True).stdout
-
-
 def test_prepared_variants_build_without_local_memory(prepared):
     folder, kernels = prepared
     names = {k["name"] for k in kernels}
@@ -43,7 +39,7 @@ def test_prepared_variants_build_without_local_memory(prepared):
     for k in kernels:
         assert k["resources"]["local_bytes"] == 0 and k["resources"]["stack_bytes"] == 0
         assert k["shared_bytes"] <= sm90a.MAX_SHARED
-        assert "LDL" not in sass(folder / k["file"]) and "STL" not in sass(folder / k["file"])
+        assert not any(sass.LOCAL_MEMORY.search(c) for c in sass.instructions(folder / k["file"]))
 
 
 def test_cross_tile_adds_one_merged_step_with_the_softmax_under_p_v(prepared):
@@ -51,16 +47,24 @@ def test_cross_tile_adds_one_merged_step_with_the_softmax_under_p_v(prepared):
     for k in kernels:
         if not k["name"].endswith("_cross_tile"):
             continue
-        code = [line.split(";")[0].split("*/")[-1].strip() for line in sass(folder / k["file"]).splitlines()
-                if line.strip().startswith("/*") and "*/" in line]
+        code = sass.instructions(folder / k["file"])
         gemms_per_step = k["d_qk"] // 16 + 128 // 16  # QK^T k-steps + P V k-steps
         shipped = 3 * gemms_per_step  # first QK^T, the steady step and the diagonal step, the last P V
         assert sum("HGMMA" in c for c in code) == shipped + gemms_per_step
-        # the merged step is the last QK^T + P V issue: between its S wait and its P V wait run all 64
-        # exponentials of the next tile's first key tile (and the two rows' rescale factors)
-        s_waits = [i for i, c in enumerate(code) if "DEPBAR.LE gsb0, 0x1" in c]
-        pv_wait = next(i for i in range(s_waits[-1], len(code)) if "DEPBAR.LE gsb0, 0x0" in code[i])
-        assert sum("MUFU.EX2" in c for c in code[s_waits[-1]:pv_wait]) >= 64
+        steady, diagonal, merged = sass.steps(code)
+        # the next tile's 64 exponentials (and the two rows' rescale factors) run under this tile's last P V
+        assert merged.exponentials == 66
+
+
+def test_report_shows_the_pinned_softmax_of_the_shipped_kernels():
+    for entry in sm90a.KERNELS:
+        steady, diagonal = sass.steps(sass.instructions(sass.OBJECTS / entry["file"]))
+        if entry["schedule"] in sm90a.PINNED_SCHEDULES:
+            # all exponentials under P V, held there by the K release just before the wait
+            assert steady.exponentials == diagonal.exponentials == 66
+            assert steady.arrives[-1] == steady.under_pv - 1
+        else:  # left to ptxas, which sinks the softmax past the wait: only the row maxima stay under P V
+            assert steady.exponentials == 0 and steady.under_pv < 100
 
 
 def test_shipped_kernels_take_the_measured_choices():

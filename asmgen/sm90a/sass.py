@@ -1,0 +1,72 @@
+"""SASS of the sm90a cubins, read the way docs/sm90a.md discusses it: the key-tile steps.
+
+Every wait for S (`WARPGROUP.DEPBAR.LE gsb0, 0x1`, QK^T done while P V may still run) opens a step, which runs to
+its P V wait (`gsb0, 0x0`). What lies between the two runs under P V; what follows the P V wait up to the next GEMM
+issue is exposed. A report row gives the instructions (NOPs left out) and exponentials (MUFU.EX2) under P V, where
+the barrier arrives stand among them (K slot and Q releases; in pinned kernels the K release that holds the softmax
+is the last), and the exposed instructions, counted in address order up to the next HGMMA or S wait. Steps in
+address order: the steady step, the diagonal step, then (cross-tile variants) the merged step, whose count runs on
+through the epilogue.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import cuobjdump
+
+OBJECTS = Path(__file__).resolve().parents[2] / "packages/zyfa-kernels/src/zyfa_kernels/objects/sm90a"
+_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4}\*/\s+([^;]*);")
+LOCAL_MEMORY = re.compile(r"\b(LDL|STL)\b")
+S_WAIT = "WARPGROUP.DEPBAR.LE gsb0, 0x1"
+PV_WAIT = "WARPGROUP.DEPBAR.LE gsb0, 0x0"
+
+
+def instructions(cubin: Path) -> list[str]:
+    """The SASS instructions of a cubin, in address order, predicates kept."""
+    sass = subprocess.run([cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True, check=True)
+    return [match.strip() for match in _INSTRUCTION.findall(sass.stdout)]
+
+
+@dataclass(frozen=True)
+class Step:
+    under_pv: int  # instructions between the S wait and the P V wait
+    exponentials: int  # MUFU.EX2 among them
+    arrives: tuple[int, ...]  # positions of barrier arrives among them
+    exposed: int  # instructions after the P V wait up to the next GEMM issue or S wait, in address order
+
+
+def steps(code: list[str]) -> list[Step]:
+    out = []
+    for start, text in enumerate(code):
+        if S_WAIT not in text:
+            continue
+        end = next((i for i in range(start + 1, len(code)) if PV_WAIT in code[i]), len(code))
+        body = [c for c in code[start + 1:end] if not c.startswith("NOP")]
+        after = end + 1
+        while after < len(code) and "HGMMA" not in code[after] and S_WAIT not in code[after]:
+            after += 1
+        out.append(Step(
+            under_pv=len(body),
+            exponentials=sum("MUFU.EX2" in c for c in body),
+            arrives=tuple(i for i, c in enumerate(body) if "SYNCS.ARRIVE" in c),
+            exposed=sum(not c.startswith("NOP") for c in code[end + 1:after]),
+        ))
+    return out
+
+
+def report(cubins: list[Path]) -> str:
+    rows = ["| cubin | HGMMA | MUFU.EX2 | local memory ops | step | under P V (MUFU.EX2) | arrives at | exposed |",
+            "|---|---|---|---|---|---|---|---|"]
+    for cubin in cubins:
+        code = instructions(cubin)
+        local = sum(bool(LOCAL_MEMORY.search(c)) for c in code)
+        totals = f"{sum('HGMMA' in c for c in code)} | {sum('MUFU.EX2' in c for c in code)} | {local}"
+        for index, step in enumerate(steps(code)):
+            head = f"| {cubin.stem} | {totals}" if index == 0 else "| | | |"
+            rows.append(f"{head} | {index + 1} | {step.under_pv} ({step.exponentials}) | "
+                        f"{', '.join(map(str, step.arrives)) or '-'} | {step.exposed} |")
+    return "\n".join(rows)
