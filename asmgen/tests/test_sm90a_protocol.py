@@ -1,0 +1,67 @@
+"""The sm90a kernels' synchronisation (asmgen/sm90a/protocol.py): no deadlock, no load into a buffer a wgmma still
+reads, every GEMM reads the tile its step needs, for every shipped and prepared configuration, under random
+interleavings of the producer, the consumers, the loads and the GEMMs. And the model catches broken protocols."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from asmgen.sm90a import protocol
+from zyfa.jobs import balanced_jobs
+
+CONFIGS = [protocol.Config(stages, pingpong, pinned, cross_tile)
+           for stages, pingpong, pinned, cross_tile in itertools.product((2, 3), (True, False), (False, True),
+                                                                         (False, True))]
+# (batch, heads, heads_k, tiles, grid): few CTAs, so each walks many tiles of several jobs, with empty jobs and
+# single tiles in the tail, and tiles 0 (the diagonal alone) next to long ones
+TABLES = [(1, 4, 2, 6, 3), (2, 3, 3, 5, 4), (1, 8, 2, 4, 5)]
+
+
+def tiles_of_every_cta(batch, heads, num_tiles, grid):
+    table = balanced_jobs(batch, heads, num_tiles, grid)
+    width = table.shape[1]
+    return [protocol.walk(table.reshape(-1, 4), width, cta) for cta in range(width)]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"s{c.stages}-{'pp' if c.pingpong else 'ind'}"
+                         f"{'-pin' if c.pinned else ''}{'-cross' if c.cross_tile else ''}")
+def test_protocol_holds_under_random_interleavings(cfg):
+    for batch, heads, heads_k, num_tiles, grid in TABLES:
+        for tiles in tiles_of_every_cta(batch, heads, num_tiles, grid):
+            for seed in range(4):
+                assert protocol.run(tiles, heads // heads_k, cfg, seed) > 0
+
+
+def test_walk_follows_the_kernels_rows():
+    table = np.array([[0, 0, 0, 3], [0, 1, 1, 1], [0, 0, -1, -1], [0, 2, 2, 2]], dtype=np.int32)
+    assert protocol.walk(table, 2, 0) == [(0, 0, 0), (0, 0, 3)]  # rows 0 and 2 (empty)
+    assert protocol.walk(table, 2, 1) == [(0, 1, 1), (0, 2, 2)]  # rows 1 and 3
+
+
+def faulty(drop):
+    """consume() with the operations `drop` selects left out."""
+    original = protocol.consume
+
+    def consume(c, tiles, group, cfg):
+        return (op for op in original(c, tiles, group, cfg) if not drop(op))
+
+    return consume
+
+
+@pytest.mark.parametrize("drop, message", [
+    # V released before the P V that reads it has completed: the next load into the slot races the GEMM
+    (lambda op: op[0] == "wait_group" and op[2] == 0, "wgmma reads it|holds"),
+    # Q used without waiting for its load: the GEMM reads the previous tile's Q
+    (lambda op: op[:2] == ("wait", "q_full"), "holds"),
+    # K never released: the producer waits for ever
+    (lambda op: op[0] == "arrive" and op[1].startswith("k_empty"), "deadlock"),
+])
+def test_model_catches_broken_protocols(monkeypatch, drop, message):
+    monkeypatch.setattr(protocol, "consume", faulty(drop))
+    tiles = tiles_of_every_cta(1, 4, 6, 3)[0]
+    with pytest.raises(protocol.ProtocolError, match=message):
+        for seed in range(20):
+            protocol.run(tiles, 2, protocol.Config(), seed)
