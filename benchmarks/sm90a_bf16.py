@@ -7,8 +7,10 @@ throughput = B H S^2 (d_qk + d_v) / time, kernel-only device time (CUDA graph re
 relative RMS error against float64 of ours and cuDNN's (on --error-heads heads), the dispatched kernel on the plain
 paired job table ("paired", to see what the balanced table gains), the shipped kernel of the other schedule, and the
 kernel variants (--variants DIR, a manifest of builds that leave a stage out: benchmarks/sm90a_variants.py).
+Then the protocol's sustained-clock mode, ZYFA and cuDNN on activation-like inputs (zyfa_tools.inputs) at
+--sustained-seqlens, MHA: per repetition 2 s idle, 1 s of back-to-back calls, >= 3 s timed; median of 3.
 
-    python benchmarks/sm90a_bf16.py --out DIR [--seqlens 2048 8192 ...] [--variants DIR]
+    python benchmarks/sm90a_bf16.py --out DIR [--seqlens 2048 8192 ...] [--variants DIR] [--sustained-seqlens]
 Writes DIR/bench_sm90a.json and prints the table last.
 """
 
@@ -28,10 +30,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import zyfa
 import zyfa_kernels
 from zyfa.backends import sm90a
+from zyfa_tools.inputs import activation_like
 from zyfa_tools.reference import attention_fp64
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
-from gpu_common import add_protocol_arguments, causal_flops, device_time_ms, rel_rms  # noqa: E402
+from gpu_common import add_protocol_arguments, causal_flops, device_time_ms, rel_rms, sustained_time_ms  # noqa: E402
 
 PEAK_TFLOPS = 989.0  # H100/H200 dense BF16
 HEAD_DIMS = ((128, 128), (192, 128))
@@ -39,6 +42,8 @@ STD = 0.1
 LONG_SEQLEN = 16384
 SHORT_SEQLEN = 8192  # up to here every configuration gets --calls / --warmup calls
 MIN_CALLS = 8
+SUSTAINED = {"idle_s": 2.0, "warm_s": 1.0, "timed_s": 3.0, "repeats": 3}  # DESIGN.md's sustained-clock mode
+SUSTAINED_SEQLENS = (8192,)
 
 
 def heads_for(seqlen: int) -> int:
@@ -126,11 +131,34 @@ def bench_config(seqlen, heads, heads_k, d_qk, d_v, args, variants):
     return row
 
 
+def sustained_config(seqlen, d_qk, d_v, protocol: dict) -> dict:
+    """Sustained-clock throughput of ZYFA and cuDNN on activation-like inputs (MHA, the protocol's heads)."""
+    heads = heads_for(seqlen)
+    q, k, v = (t.transpose(1, 2).to("cuda", torch.bfloat16).contiguous()  # (batch, heads, seqlen, dim)
+               for t in activation_like(1, seqlen, heads, heads, d_qk, d_v))
+    runs = {"zyfa": lambda: zyfa.flash_attn_func(q, k, v, causal=True, layout="bhsd"),
+            "cudnn": lambda: sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v)}
+    flops = causal_flops(1, heads, seqlen, d_qk, d_v)
+    row = {"seqlen": seqlen, "heads": heads, "heads_k": heads, "d_qk": d_qk, "d_v": d_v, "inputs": "activation",
+           "ms": {}, "tflops": {}}
+    for name, fn in runs.items():
+        row["ms"][name] = statistics.median(sustained_time_ms(fn, **protocol))
+        row["tflops"][name] = flops / row["ms"][name] / 1e9
+    return row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_protocol_arguments(ap)
     ap.add_argument("--variants", help="folder with a manifest.json of kernel variants to time as well")
+    ap.add_argument("--sustained-seqlens", type=int, nargs="*", default=list(SUSTAINED_SEQLENS),
+                    help="S of the sustained-clock runs on activation-like inputs (none: skip them)")
+    ap.add_argument("--quick-sustained", action="store_true",
+                    help="a tenth of the sustained-clock durations, one repetition (a rehearsal, not the protocol)")
     args = ap.parse_args()
+    sustained_protocol = dict(SUSTAINED)
+    if args.quick_sustained:
+        sustained_protocol = {**{k: v / 10 for k, v in SUSTAINED.items() if k != "repeats"}, "repeats": 1}
 
     variants = {}
     if args.variants:
@@ -148,12 +176,19 @@ def main() -> int:
                 row = bench_config(seqlen, heads, heads_k, d_qk, d_v, args, variants)
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
+    sustained = []
+    for d_qk, d_v in HEAD_DIMS:
+        for seqlen in args.sustained_seqlens if d_qk in wanted else ():
+            sustained.append(sustained_config(seqlen, d_qk, d_v, sustained_protocol))
+            print(json.dumps(sustained[-1]), file=sys.stderr, flush=True)
 
     report = {
         "device": torch.cuda.get_device_name(), "torch": torch.__version__,
         "cudnn": torch.backends.cudnn.version(), "zyfa": zyfa.__version__,
-        "protocol": {"calls": args.calls, "warmup": args.warmup, "rounds": args.rounds, "idle_s": args.idle},
+        "protocol": {"calls": args.calls, "warmup": args.warmup, "rounds": args.rounds, "idle_s": args.idle,
+                     "sustained": sustained_protocol},
         "rows": rows,
+        "sustained": sustained,
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -189,6 +224,15 @@ def markdown(report) -> str:
             f"{t.get('cudnn', nan):.0f} | {fa2} | {t.get('zyfa', nan) / t.get('cudnn', nan):.3f} | "
             f"{100 * t.get('zyfa', nan) / PEAK_TFLOPS:.1f} | {other} | {err.get('zyfa', nan):.2e} | "
             f"{err.get('cudnn', nan):.2e} |")
+    if report.get("sustained"):
+        sp = p["sustained"]
+        lines += ["", f"Sustained clocks, activation-like inputs, MHA ({sp['idle_s']} s idle, {sp['warm_s']} s of "
+                  f"back-to-back calls, >= {sp['timed_s']} s timed, median of {sp['repeats']}), TFLOP/s:", "",
+                  "| d_qk/d_v | S | heads | zyfa | cuDNN | zyfa / cuDNN |", "|---|---|---|---|---|---|"]
+        for r in report["sustained"]:
+            t = r["tflops"]
+            lines.append(f"| {r['d_qk']}/{r['d_v']} | {r['seqlen']} | {r['heads']} | {t['zyfa']:.0f} | "
+                         f"{t['cudnn']:.0f} | {t['zyfa'] / t['cudnn']:.3f} |")
     variants = sorted({n for r in report["rows"] for n in r["tflops"]} - {"zyfa", "cudnn", "fa2"})
     if variants:
         lines += ["", "Variants (TFLOP/s):", "", "| d_qk | S | heads q/kv | " + " | ".join(variants) + " |",
