@@ -27,7 +27,7 @@ from zyfa.backends import sm90a
 from zyfa_tools.reference import attention_fp64
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_common import bf16_ulps, rel_rms  # noqa: E402
+from gpu_common import bf16_ulps, print_items, rel_rms  # noqa: E402
 
 HEAD_DIMS = ((128, 128), (192, 128))
 TAU = {128: 0.5, 192: 8.0}  # the kernels' rescale thresholds (manifest rescale_threshold)
@@ -214,10 +214,7 @@ def main() -> int:
               f"{100 * r['frac_differing_vs_model']:>6.3f} {r['max_lse_diff_vs_model']:>8.1e} "
               f"{r['rel_rms_vs_fp64']:>8.2e} {r['model_rel_rms_vs_fp64']:>8.2e} {r['deterministic']:d}   "
               f"{r['schedules_agree']:d}   {r['ok']:d} {r.get('kernel', '')} rms-vs-model {r['rel_rms_vs_model']:.1e}")
-    for key in ("graph", "compile", "large"):
-        for r in report.get(key, []):
-            failures += not r["ok"]
-            print(f"{key}: {r}")
+    failures += print_items(report)
     print(f"gpu_check: {failures} failure(s) in {report['seconds']:.0f} s")
     return 1 if failures else 0
 

@@ -34,7 +34,7 @@ from zyfa_tools.reference import attention_fp64
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gfx950_validation as cfg  # noqa: E402
-from gpu_common import bf16_ulps, poison_allocator, rel_rms  # noqa: E402
+from gpu_common import bf16_ulps, poison_allocator, print_items, rel_rms  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 TARGET = "gfx950"
@@ -308,10 +308,7 @@ def print_results(report: dict) -> int:
               f"{r['rel_rms_vs_model']:>9.2e} {r['lse_vs_model']:>9.1e} {r['rel_rms_vs_fp64']:>8.2e} "
               f"{r['model_rel_rms_vs_fp64']:>8.2e} {r['max_lse_diff_vs_fp64']:>7.4f} {r['deterministic']:d}   "
               f"{r['ok']:d}{'  ' + '; '.join(r['failed']) if r['failed'] else ''}")
-    for key in ("graph", "compile", "large"):
-        for r in report.get(key, []):
-            failures += not r["ok"]
-            print(f"{key}: {r}")
+    failures += print_items(report)
     for key in ("graph", "compile", "large"):
         if key in report.get("skipped", {}):
             print(f"{key}: skipped ({report['skipped'][key]})")

@@ -28,6 +28,16 @@ def add_protocol_arguments(ap, seqlens=PROTOCOL_SEQLENS) -> None:
     ap.add_argument("--error-max-seqlen", type=int, default=8192, help="longest S whose error is measured")
 
 
+def print_items(report: dict, keys=("graph", "compile", "large")) -> int:
+    """Print the GPU checks' whole-call items (CUDA/HIP graphs, torch.compile, large tensors); their failures."""
+    failures = 0
+    for key in keys:
+        for r in report.get(key, []):
+            failures += not r["ok"]
+            print(f"{key}: {r}")
+    return failures
+
+
 def bf16_ulps(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     """|x - ref| in units of the BF16 spacing at max(|x|, |ref|, rms(ref)): the RMS floor keeps outputs that are
     near zero by cancellation from counting a tiny absolute difference as many units."""

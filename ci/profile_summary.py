@@ -64,7 +64,9 @@ def opcode(source: str) -> str:
 
 
 def number(text: str) -> int:
-    return int(text.replace(",", "") or 0) if text.replace(",", "").isdigit() else 0
+    """A count as ncu prints it ("1,234"); blank or "-" count as 0."""
+    digits = text.replace(",", "")
+    return int(digits) if digits.isdigit() else 0
 
 
 def summarise(kernel: str, rows: list[dict[str, str]], metrics: dict[str, str], top: int) -> list[str]:

@@ -222,6 +222,8 @@ struct RowState {
   float m[2];  // reference maximum, base-2 scaled units; -inf while unset
   float l[2];  // this thread's partial row sum (the quad adds its partials at the end)
 };
+// A query tile's row state before its first key tile.
+__device__ __forceinline__ RowState no_rows() { return {{-CUDART_INF_F, -CUDART_INF_F}, {0.0f, 0.0f}}; }
 
 constexpr int kScoreGroups = 16;  // a thread's 64 scores of a tile as groups of four (8 key columns, both rows)
 
@@ -402,7 +404,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       const int diag_row = consumer * kRowsPerConsumer + 16 * warp + lane / 4;
       float factor[2];
       if (!(kCrossTile && started)) {  // the tile's first key tile, unless the previous tile ran it (cross-tile)
-        st = RowState{{-CUDART_INF_F, -CUDART_INF_F}, {0.0f, 0.0f}};
+        st = no_rows();
 #pragma unroll
         for (int r = 0; r < 64; ++r) o[r] = 0.0f;
 
@@ -528,7 +530,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
             wgmma_wait<1>();
             fence_regs(s);
             const RowState done = st;
-            st = RowState{{-CUDART_INF_F, -CUDART_INF_F}, {0.0f, 0.0f}};
+            st = no_rows();
             if (next == 0) {
               release(bars.q_empty());
               mask_diagonal(s, diag_row, lane);

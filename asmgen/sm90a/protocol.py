@@ -1,10 +1,10 @@
 """A model of attention_fwd.cu's synchronisation, run under random interleavings to look for deadlocks and hazards.
 
-The producer and the two consumer warpgroups are written as generators that issue, in the order of the kernel's
-code, the operations that order them: mbarrier waits (by parity, as the kernel does) and arrives, TMA loads that
-land at a time of the scheduler's choosing and then complete their "full" barrier, wgmma groups that read shared
-memory until they complete (in issue order, at times of the scheduler's choosing), `wgmma.wait_group`, and the
-ping-pong turns. Every buffer holds a label of what was loaded into it. `run` fails on:
+The producer and the two consumer warpgroups of one CTA (its tiles from zyfa.jobs.cta_tiles) are generators that
+issue, in the order of the kernel's code, the operations that order them: mbarrier waits (by parity, as the kernel
+does) and arrives, TMA loads that land at a time of the scheduler's choosing and then complete their "full" barrier,
+wgmma groups that read shared memory until they complete (in issue order, at times of the scheduler's choosing),
+`wgmma.wait_group`, and the ping-pong turns. Every buffer holds a label of what was loaded into it. `run` fails on:
 
 - a deadlock (nobody can move, nothing is in flight),
 - a load into a buffer that a pending wgmma group still reads (the write-after-read hazard the "empty" barriers
@@ -91,15 +91,6 @@ class Ring:
         return other
 
 
-def walk(table, width: int, cta: int) -> list[tuple[int, int, int]]:
-    """(batch, head, tile) in the order CTA `cta` computes them: rows cta, cta + width, ... of the flat table."""
-    out = []
-    for b, h, lo, hi in table[cta::width]:
-        if lo >= 0:
-            out += [(int(b), int(h), int(lo))] + ([(int(b), int(h), int(hi))] if hi != lo else [])
-    return out
-
-
 # Operations the agents yield: ("wait", barrier, parity, phase it waits for), ("arrive", barrier, n),
 # ("load", buffer, slot, label, barrier), ("issue", consumer, [reads]), ("wait_group", consumer, n),
 # ("acquire", consumer), ("release", consumer).
@@ -121,10 +112,14 @@ def produce(tiles, group: int, stages: int):
             ring.advance()
 
 
+def free(barrier: str):
+    """A consumer warpgroup releasing a buffer: one arrive per warp on its "empty" barrier."""
+    return "arrive", barrier, WARPS_PER_CONSUMER
+
+
 def consume(c: int, tiles, group: int, cfg: Config):
     ring, prev, q_parity = Ring(cfg.stages), None, 0
     k_uses, v_uses, q_uses = [0] * cfg.stages, [0] * cfg.stages, 0
-    release = ("arrive",)
 
     def full_wait(kind: str, at: Ring, uses: list[int]):
         op = ("wait", f"{kind}_full{at.slot}", at.parity, uses[at.slot] + 1)
@@ -149,9 +144,9 @@ def consume(c: int, tiles, group: int, cfg: Config):
             yield full_wait("k", ring, k_uses)
             yield from turn([[("Q", 0, ("Q", b, h, tile)), ("K", ring.slot, ("K", *kv, 0))]])
             yield "wait_group", c, 0
-            yield *release, f"k_empty{ring.slot}", WARPS_PER_CONSUMER
+            yield free(f"k_empty{ring.slot}")
             if tile == 0:
-                yield *release, "q_empty", WARPS_PER_CONSUMER
+                yield free("q_empty")
             prev = ring.copy()
             ring.advance()
         started = False
@@ -162,13 +157,13 @@ def consume(c: int, tiles, group: int, cfg: Config):
                              [("V", prev.slot, ("V", *kv, kt - 1))]])
             yield "wait_group", c, 1
             if not cfg.pinned:
-                yield *release, f"k_empty{ring.slot}", WARPS_PER_CONSUMER
+                yield free(f"k_empty{ring.slot}")
             if kt == tile:
-                yield *release, "q_empty", WARPS_PER_CONSUMER
+                yield free("q_empty")
             if cfg.pinned:
-                yield *release, f"k_empty{ring.slot}", WARPS_PER_CONSUMER
+                yield free(f"k_empty{ring.slot}")
             yield "wait_group", c, 0
-            yield *release, f"v_empty{prev.slot}", WARPS_PER_CONSUMER
+            yield free(f"v_empty{prev.slot}")
             prev = ring.copy()
             ring.advance()
         if cfg.cross_tile and n + 1 < len(tiles):
@@ -181,10 +176,10 @@ def consume(c: int, tiles, group: int, cfg: Config):
                              [("V", prev.slot, ("V", *kv, tile))]])
             yield "wait_group", c, 1
             if next_tile == 0:
-                yield *release, "q_empty", WARPS_PER_CONSUMER
-            yield *release, f"k_empty{ring.slot}", WARPS_PER_CONSUMER  # pinned in both schedules
+                yield free("q_empty")
+            yield free(f"k_empty{ring.slot}")  # pinned in both schedules
             yield "wait_group", c, 0
-            yield *release, f"v_empty{prev.slot}", WARPS_PER_CONSUMER
+            yield free(f"v_empty{prev.slot}")
             prev = ring.copy()
             ring.advance()
             started = True
@@ -192,7 +187,7 @@ def consume(c: int, tiles, group: int, cfg: Config):
         yield full_wait("v", prev, v_uses)
         yield from turn([[("V", prev.slot, ("V", *kv, tile))]])
         yield "wait_group", c, 0
-        yield *release, f"v_empty{prev.slot}", WARPS_PER_CONSUMER
+        yield free(f"v_empty{prev.slot}")
 
 
 def run(tiles, group: int, cfg: Config, seed: int) -> int:

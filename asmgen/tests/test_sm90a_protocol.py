@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import pytest
 
 from asmgen.sm90a import protocol
-from zyfa.jobs import balanced_jobs
+from zyfa.jobs import balanced_jobs, cta_tiles
 
 CONFIGS = [protocol.Config(stages, pingpong, pinned, cross_tile)
            for stages, pingpong, pinned, cross_tile in itertools.product((2, 3), (True, False), (False, True),
@@ -22,8 +21,7 @@ TABLES = [(1, 4, 2, 6, 3), (2, 3, 3, 5, 4), (1, 8, 2, 4, 5)]
 
 def tiles_of_every_cta(batch, heads, num_tiles, grid):
     table = balanced_jobs(batch, heads, num_tiles, grid)
-    width = table.shape[1]
-    return [protocol.walk(table.reshape(-1, 4), width, cta) for cta in range(width)]
+    return [cta_tiles(table, cta) for cta in range(table.shape[1])]
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"s{c.stages}-{'pp' if c.pingpong else 'ind'}"
@@ -33,12 +31,6 @@ def test_protocol_holds_under_random_interleavings(cfg):
         for tiles in tiles_of_every_cta(batch, heads, num_tiles, grid):
             for seed in range(4):
                 assert protocol.run(tiles, heads // heads_k, cfg, seed) > 0
-
-
-def test_walk_follows_the_kernels_rows():
-    table = np.array([[0, 0, 0, 3], [0, 1, 1, 1], [0, 0, -1, -1], [0, 2, 2, 2]], dtype=np.int32)
-    assert protocol.walk(table, 2, 0) == [(0, 0, 0), (0, 0, 3)]  # rows 0 and 2 (empty)
-    assert protocol.walk(table, 2, 1) == [(0, 1, 1), (0, 2, 2)]  # rows 1 and 3
 
 
 def faulty(drop):

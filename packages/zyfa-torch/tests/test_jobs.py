@@ -54,10 +54,8 @@ def test_balanced_table_keeps_whole_pairs_in_order_then_deals_single_tiles():
 def test_balanced_table_shortens_the_tail(seqlen, heads, before, after):
     num_tiles = seqlen // 128
     table = jobs.balanced_jobs(1, heads, num_tiles, H200_SMS)
-    pairs = jobs.paired_jobs(1, heads, num_tiles)
-    paired = np.full((-(-len(pairs) // H200_SMS) * H200_SMS, 4), jobs.EMPTY, np.int32)
-    paired[:len(pairs)] = pairs
-    assert jobs.makespan(paired.reshape(-1, H200_SMS, 4)) == before
+    paired = jobs.in_rounds(jobs.paired_jobs(1, heads, num_tiles), H200_SMS)
+    assert jobs.makespan(paired) == before
     assert jobs.makespan(table) == after
     lower_bound = -(-heads * num_tiles * (num_tiles + 1) // 2 // H200_SMS)
     assert lower_bound <= after <= lower_bound + num_tiles // 8
@@ -67,3 +65,13 @@ def test_small_problems_spread_single_tiles_over_fewer_ctas():
     table = jobs.balanced_jobs(1, 2, 4, H200_SMS)  # 8 tiles: one per CTA, largest first
     assert table.shape == (1, 8, 4)
     assert table[0, :, 2].tolist() == [3, 3, 2, 2, 1, 1, 0, 0]
+
+
+def test_in_rounds_lays_out_the_kernels_round_robin_walk():
+    pairs = jobs.paired_jobs(1, 3, 4)  # 6 pairs
+    table = jobs.in_rounds(pairs, 4)
+    assert table.shape == (2, 4, 4) and np.array_equal(table.reshape(-1, 4)[:6], pairs)
+    assert (table[1, 2:, 2] == jobs.EMPTY).all()
+    assert jobs.in_rounds(pairs, 132).shape == (1, 6, 4)  # never more CTAs than jobs
+    assert jobs.cta_tiles(table, 1) == [(0, 0, 1), (0, 0, 2), (0, 2, 1), (0, 2, 2)]
+    assert jobs.cta_tiles(table, 3) == [(0, 1, 1), (0, 1, 2)]  # then an empty job

@@ -71,6 +71,24 @@ def balanced_jobs(batch: int, heads: int, num_tiles: int, grid: int) -> np.ndarr
     return np.ascontiguousarray(np.concatenate([bulk.reshape(full_rounds, width, 4), tail]), dtype=np.int32)
 
 
+def in_rounds(rows: np.ndarray, grid: int) -> np.ndarray:
+    """Jobs as the kernels walk them, (rounds, width, 4) with width = min(grid, jobs): row r, column w is the job
+    workgroup w takes r-th; the last round is padded with empty jobs."""
+    width = max(min(grid, len(rows)), 1)
+    table = np.full((-(-len(rows) // width) * width, 4), EMPTY, dtype=np.int32)
+    table[:len(rows)] = rows
+    return table.reshape(-1, width, 4)
+
+
+def cta_tiles(table: np.ndarray, cta: int) -> list[tuple[int, int, int]]:
+    """(batch, head, tile) in the order workgroup `cta` computes them from a (rounds, width, 4) table."""
+    out = []
+    for b, h, lo, hi in table[:, cta]:
+        if lo != EMPTY:
+            out += [(int(b), int(h), int(lo))] + ([(int(b), int(h), int(hi))] if hi != lo else [])
+    return out
+
+
 def makespan(table: np.ndarray) -> int:
     """Key tiles of the busiest workgroup of a (rounds, width, 4) table: the time model of the tail."""
     lo, hi = table[..., 2], table[..., 3]

@@ -136,11 +136,11 @@ def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layo
 
 
 def host_job_table(batch: int, heads: int, num_tiles: int, grid: int, balanced: bool = True):
-    """(rounds, width, 4) jobs: balanced over `grid` CTAs (zyfa.jobs.balanced_jobs), or the plain pairs as one round
-    of the table's length (the kernel's walk then spreads them round-robin)."""
+    """(rounds, width, 4) jobs over at most `grid` CTAs: balanced (zyfa.jobs.balanced_jobs), or the plain pairs
+    round-robin."""
     if balanced:
         return job_tables.balanced_jobs(batch, heads, num_tiles, grid)
-    return job_tables.paired_jobs(batch, heads, num_tiles)[None]
+    return job_tables.in_rounds(job_tables.paired_jobs(batch, heads, num_tiles), grid)
 
 
 def run(kernel, q, k, v, softmax_scale: float, layout: str, *, balanced: bool = True):
@@ -152,8 +152,8 @@ def run(kernel, q, k, v, softmax_scale: float, layout: str, *, balanced: bool = 
     device = device_index(q)
     jobs = job_table(host_job_table, batch, heads, math.ceil(seqlen / kernel.tile_m), multiprocessors(device),
                      balanced, device=device)
-    grid = jobs.shape[1] if balanced else multiprocessors(device)
-    p = plan(kernel, qo, ko, vo, Operand.of(out, layout), lse.data_ptr(), jobs.data_ptr(),
-             jobs.shape[0] * jobs.shape[1], grid, softmax_scale)
+    rounds, grid, _ = jobs.shape
+    p = plan(kernel, qo, ko, vo, Operand.of(out, layout), lse.data_ptr(), jobs.data_ptr(), rounds * grid, grid,
+             softmax_scale)
     launch(p, device, current_stream(device))
     return out, lse
