@@ -11,7 +11,8 @@ Then the protocol's sustained-clock mode, ZYFA and cuDNN on activation-like inpu
 --sustained-seqlens, MHA: per repetition 2 s idle, 1 s of back-to-back calls, >= 3 s timed; median of 3.
 
     python benchmarks/sm90a_bf16.py --out DIR [--seqlens 2048 8192 ...] [--variants DIR] [--sustained-seqlens]
-Writes DIR/bench_sm90a.json and prints the table last.
+Writes DIR/bench_sm90a.json (rewritten after every configuration, so a run cut short keeps what it measured) and
+prints the table last.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from zyfa_tools.inputs import activation_like
 from zyfa_tools.reference import attention_fp64
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
-from gpu_common import add_protocol_arguments, causal_flops, device_time_ms, rel_rms, sustained_time_ms  # noqa: E402
+from gpu_common import add_protocol_arguments, causal_flops, device_time_ms, rel_rms, sustained_time_ms, watchdog  # noqa: E402
 
 PEAK_TFLOPS = 989.0  # H100/H200 dense BF16
 HEAD_DIMS = ((128, 128), (192, 128))
@@ -44,6 +45,7 @@ SHORT_SEQLEN = 8192  # up to here every configuration gets --calls / --warmup ca
 MIN_CALLS = 8
 SUSTAINED = {"idle_s": 2.0, "warm_s": 1.0, "timed_s": 3.0, "repeats": 3}  # DESIGN.md's sustained-clock mode
 SUSTAINED_SEQLENS = (8192,)
+FIRST_CALL_LIMIT_S = 30.0  # one call of any contender takes milliseconds; the watchdog ends a run that hangs
 
 
 def heads_for(seqlen: int) -> int:
@@ -109,6 +111,13 @@ def bench_config(seqlen, heads, heads_k, d_qk, d_v, args, variants):
     calls, warmup = calls_for(seqlen, args.calls), calls_for(seqlen, args.warmup)
     names = list(runs)
     times = {name: [] for name in names}
+    for name in names:  # one call each, waited for: a contender that never finishes stops the run, named
+        with watchdog(f"{name} at S = {seqlen}, heads {heads}/{heads_k}, d {d_qk}/{d_v}", FIRST_CALL_LIMIT_S):
+            try:
+                runs[name]()
+                torch.cuda.synchronize()
+            except RuntimeError:  # a peer that declines: reported by the timing below
+                pass
     for rnd in range(args.rounds):
         order = names[rnd % len(names):] + names[:rnd % len(names)]
         for name in order:
@@ -164,7 +173,17 @@ def main() -> int:
     if args.variants:
         variants = {k.name: k for k in zyfa_kernels.Manifest.from_file(Path(args.variants) / "manifest.json").kernels}
     wanted = {int(d) for d in args.head_dims.split(",")}
-    rows = []
+    rows, sustained = [], []
+    report = {
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(), "zyfa": zyfa.__version__,
+        "protocol": {"calls": args.calls, "warmup": args.warmup, "rounds": args.rounds, "idle_s": args.idle,
+                     "sustained": sustained_protocol},
+        "rows": rows,  # filled as configurations are measured
+        "sustained": sustained,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     for d_qk, d_v in HEAD_DIMS:
         if d_qk not in wanted:
             continue
@@ -173,29 +192,22 @@ def main() -> int:
             for heads_k in (heads, heads // 4):
                 if seqlen >= LONG_SEQLEN:
                     time.sleep(args.idle)
-                row = bench_config(seqlen, heads, heads_k, d_qk, d_v, args, variants)
-                rows.append(row)
-                print(json.dumps(row), file=sys.stderr, flush=True)
-    sustained = []
+                rows.append(bench_config(seqlen, heads, heads_k, d_qk, d_v, args, variants))
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                save(out, report)
     for d_qk, d_v in HEAD_DIMS:
         for seqlen in args.sustained_seqlens if d_qk in wanted else ():
             sustained.append(sustained_config(seqlen, d_qk, d_v, sustained_protocol))
             print(json.dumps(sustained[-1]), file=sys.stderr, flush=True)
-
-    report = {
-        "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-        "cudnn": torch.backends.cudnn.version(), "zyfa": zyfa.__version__,
-        "protocol": {"calls": args.calls, "warmup": args.warmup, "rounds": args.rounds, "idle_s": args.idle,
-                     "sustained": sustained_protocol},
-        "rows": rows,
-        "sustained": sustained,
-    }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_sm90a.json").write_text(json.dumps(report, indent=1))
-    (out / "bench_sm90a.md").write_text(markdown(report))
+            save(out, report)
+    save(out, report)
     print_table(rows)
     return 0
+
+
+def save(out: Path, report: dict) -> None:
+    (out / "bench_sm90a.json").write_text(json.dumps(report, indent=1))
+    (out / "bench_sm90a.md").write_text(markdown(report))
 
 
 def markdown(report) -> str:

@@ -9,9 +9,11 @@ where shared memory allows, 2, 4 or 6 of the 16 groups of four scores per thread
 on the FMA pipe (polyN), the softmax left unpinned (unpinned: the independent kernels as shipped before) or pinned
 ahead of the P V wait (pin, pin_desc with wgmma descriptors advanced by one add, pin_p2_desc with double-buffered P
 fragments on top: d_qk = 128 only, it spills at 192; docs/sm90a.md, "Pinning the softmax"), mbarrier waits that
-sleep instead of polling (sleep: the producer's, sleep_all: every wait), and a query tile's last P V issued with
-the next tile's first QK^T (cross_tile). By default only the ping-pong kernels
-get variants. They are for measurement only and never shipped.
+sleep instead of polling (sleep: the producer's, sleep_all: every wait), a query tile's last P V issued with
+the next tile's first QK^T (cross_tile), and a second Q buffer (q2, q2_cross_tile: d = 128 only), so that the next
+query tile's Q loads while this one's last key tiles run. Two leave a stage out for timing only (their results are
+wrong): no_exp (p = m + tau - c s instead of 2^(c s - m): MUFU idle) and no_softmax (P = bf16(S)). By default only
+the ping-pong kernels get variants. They are for measurement only and never shipped.
 
 ci/gpu.sh runs this script with the folder alone; env SM90A_VARIANT_ARGS supplies further arguments there (and
 makes its bench stage time them), e.g. SM90A_VARIANT_ARGS="--only unpinned --schedules independent".
@@ -31,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asmgen import sm90a  # noqa: E402
 from asmgen.build import VERSION  # noqa: E402
 
+DEEPER = f"stages{sm90a.STAGES + 1}"  # a third K/V ring slot
 POLY_EXP2_GROUPS = (2, 4, 6)  # of 16: 1/8, 1/4 and 3/8 of the exponentials off the MUFU pipe
 VARIANTS = {
     "no_overlap": {"overlap": False},
@@ -44,33 +47,44 @@ VARIANTS = {
     "pin_desc": {"pin_softmax": True, "desc_add": True},
     "pin_p2_desc": {"pin_softmax": True, "desc_add": True, "double_p": True},
     "cross_tile": {"cross_tile": True},
+    DEEPER: {"stages": sm90a.STAGES + 1},
+    "q2": {"q_stages": 2},
+    "q2_cross_tile": {"q_stages": 2, "cross_tile": True},
+    # for timing only, results are wrong (ci/gpu_check.py --variants fails them): what the exponentials, and the
+    # whole softmax, cost
+    "no_exp": {"leave_out": 1},
+    "no_softmax": {"leave_out": 2},
 }
+# Keys of a variant that change the kernel's shared-memory layout (manifest fields) rather than a build keyword;
+# such variants exist only where the layout fits (a third K/V slot or a second Q buffer: d = 128 only).
+LAYOUT_KEYS = ("stages", "q_stages")
 # Variants that fit the 240 consumer registers only at this d_qk (the others spill, which fails the build).
 ONLY_AT_D_QK = {"pin_p2_desc": 128}
-DEEPER = f"stages{sm90a.STAGES + 1}"
 
 
 def variants_of(kernel: dict, names) -> list[tuple[str, dict, dict]]:
     """(suffix, manifest entry to build from, build keywords) for the wanted variants of one shipped kernel."""
-    out = [(suffix, kernel, flags) for suffix, flags in VARIANTS.items()
-           if suffix in names and ONLY_AT_D_QK.get(suffix, kernel["d_qk"]) == kernel["d_qk"]]
-    deeper = {**kernel, "stages": sm90a.STAGES + 1}
-    deeper["shared_bytes"] = sm90a.dynamic_shared_bytes(kernel["d_qk"], kernel["d_v"], deeper["stages"]) \
-        + sm90a.RESERVED_SHARED
-    if DEEPER in names and deeper["shared_bytes"] <= sm90a.MAX_SHARED:
-        out.append((DEEPER, deeper, {}))
+    out = []
+    for suffix, flags in VARIANTS.items():
+        if suffix not in names or ONLY_AT_D_QK.get(suffix, kernel["d_qk"]) != kernel["d_qk"]:
+            continue
+        entry = {**kernel, **{key: flags[key] for key in LAYOUT_KEYS if key in flags}}
+        entry["shared_bytes"] = sm90a.dynamic_shared_bytes(
+            entry["d_qk"], entry["d_v"], entry["stages"], entry["q_stages"]) + sm90a.RESERVED_SHARED
+        if entry["shared_bytes"] <= sm90a.MAX_SHARED:
+            out.append((suffix, entry, {key: value for key, value in flags.items() if key not in LAYOUT_KEYS}))
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder")
-    ap.add_argument("--only", nargs="+", choices=[*VARIANTS, DEEPER], help="variants to build (default: all)")
+    ap.add_argument("--only", nargs="+", choices=list(VARIANTS), help="variants to build (default: all)")
     ap.add_argument("--d-qk", type=int, nargs="+", help="head dims to build variants of (default: all)")
     ap.add_argument("--schedules", nargs="+", choices=sm90a.SCHEDULES, default=["pingpong"])
     # after the command line: its folder must come before the options that take several values
     args = ap.parse_args(sys.argv[1:] + shlex.split(os.environ.get("SM90A_VARIANT_ARGS", "")))
-    names = set(args.only or [*VARIANTS, DEEPER])
+    names = set(args.only or VARIANTS)
     root = Path(args.folder)
     root.mkdir(parents=True, exist_ok=True)
     entries = []

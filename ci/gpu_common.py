@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
+import threading
 
 import torch
 
@@ -123,3 +127,20 @@ def sustained_time_ms(fn, *, idle_s: float, warm_s: float, timed_s: float, repea
             batch *= 2
         results.append(total_ms / count)
     return results
+
+
+@contextlib.contextmanager
+def watchdog(label: str, seconds: float):
+    """Ends the process (exit 3, naming `label`) if the body has not finished after `seconds`: a kernel that never
+    completes, e.g. a broken variant waiting on a barrier nobody arrives at, cannot be interrupted from Python, and
+    would otherwise hang the run until the machine's time limit with nothing reported."""
+    def expire():
+        print(f"watchdog: {label} did not finish within {seconds:.0f} s; stopping", file=sys.stderr, flush=True)
+        os._exit(3)
+
+    timer = threading.Timer(seconds, expire)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()

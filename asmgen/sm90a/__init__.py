@@ -26,6 +26,9 @@ TILE_M = 128  # query rows per CTA tile: two consumer warpgroups of 64 rows
 TILE_N = 128  # keys per tile
 THREADS = 384  # producer warpgroup + two consumer warpgroups
 STAGES = 2  # depth of the K/V shared-memory ring
+# Q buffers: with two (d = 128 only), the next query tile's Q loads while this one's last key tiles run; measured
+# 1-4% slower on the H200 (docs/sm90a.md, "Per-tile overlap and deeper buffers"), a variant
+Q_STAGES = 1
 BOX_BYTES = 128 * 64 * 2  # one TMA box: 128 rows of 64 BF16 columns (128 bytes, the swizzle width)
 SWIZZLE_ALIGN = 1024  # boxes start on the 128-byte swizzle's 1024-byte period; the launch adds that much slack
 BARRIER_BYTES = 8
@@ -72,12 +75,12 @@ RESERVED_SHARED = 1024
 MAX_SHARED = 227 * 1024  # the most one CTA may use on sm_90
 
 
-def dynamic_shared_bytes(d_qk: int, d_v: int, stages: int = STAGES) -> int:
-    """Dynamic shared memory of one CTA: Q tile, `stages` K and V tiles, mbarriers, alignment slack."""
+def dynamic_shared_bytes(d_qk: int, d_v: int, stages: int = STAGES, q_stages: int = Q_STAGES) -> int:
+    """Dynamic shared memory of one CTA: `q_stages` Q tiles, `stages` K and V tiles, mbarriers, alignment slack."""
     q_bytes = d_qk // 64 * BOX_BYTES
     v_bytes = d_v // 64 * BOX_BYTES
-    barriers = (2 + 4 * stages) * BARRIER_BYTES  # Q full/empty; per stage K full/empty, V full/empty
-    return q_bytes + stages * (q_bytes + v_bytes) + barriers + SWIZZLE_ALIGN
+    barriers = (2 * q_stages + 4 * stages) * BARRIER_BYTES  # per Q slot full/empty; per K/V slot K and V full/empty
+    return q_stages * q_bytes + stages * (q_bytes + v_bytes) + barriers + SWIZZLE_ALIGN
 
 
 # Consumer schedules: "pingpong" (the two consumer warpgroups alternate issuing their GEMMs) measured faster up to
@@ -104,6 +107,7 @@ def _kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
         "shared_bytes": dynamic_shared_bytes(d_qk, d_v) + RESERVED_SHARED,  # all the CTA needs: static + dynamic
         "grid": "persistent",
         "stages": STAGES,
+        "q_stages": Q_STAGES,
         "schedule": schedule,
         "args": ARGS,
     }
@@ -129,7 +133,7 @@ PINNED_SCHEDULES = ("independent",)
 # consumer warps, but sleeping measured neutral on the H200 (-3% to +2%, docs/sm90a.md, "Profile").
 WAIT_HINT = 0
 # Whether a query tile's last P V and the CTA's next tile's first QK^T are issued together (ZYFA_CROSS_TILE), so that
-# the per-tile fill and drain overlap: off in the shipped kernels until measured; a variant.
+# the per-tile fill and drain overlap: off in the shipped kernels, measured no faster (-10% to +2%, docs/sm90a.md).
 CROSS_TILE = False
 # Whether P fragments are double-buffered so their BF16 packing runs ahead of the P V wait (ZYFA_DOUBLE_P): off in
 # the shipped kernels (measured no faster than pinning alone); a variant of benchmarks/sm90a_variants.py.
@@ -139,9 +143,9 @@ DOUBLE_P = False
 def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None, fma_scale: bool = True,
             poly_exp2_groups: int = POLY_EXP2_GROUPS, pin_softmax: bool | None = None,
             double_p: bool = DOUBLE_P, desc_add: bool | None = None, wait_hint: int = WAIT_HINT,
-            cross_tile: bool = CROSS_TILE) -> list[str]:
+            cross_tile: bool = CROSS_TILE, leave_out: int = 0) -> list[str]:
     """Preprocessor configuration of one kernel; the keywords give the variants the benchmark compares (pingpong,
-    pin_softmax and desc_add default to the kernel's schedule)."""
+    pin_softmax and desc_add default to the kernel's schedule; leave_out > 0 only for timing: results are wrong)."""
     if pingpong is None:
         pingpong = kernel["schedule"] == "pingpong"
     pinned = kernel["schedule"] in PINNED_SCHEDULES
@@ -153,6 +157,7 @@ def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None,
         f"-DZYFA_D_V={kernel['d_v']}",
         f"-DZYFA_TAU={float(kernel['rescale_threshold'])!r}f",
         f"-DZYFA_STAGES={kernel['stages']}",
+        f"-DZYFA_Q_STAGES={kernel['q_stages']}",
         f"-DZYFA_DYNAMIC_SHARED_BYTES={kernel['shared_bytes'] - RESERVED_SHARED}",
         f"-DZYFA_OVERLAP={int(overlap)}",
         f"-DZYFA_PINGPONG={int(pingpong)}",
@@ -163,6 +168,7 @@ def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None,
         f"-DZYFA_DESC_ADD={int(desc_add)}",
         f"-DZYFA_WAIT_HINT={int(wait_hint)}",
         f"-DZYFA_CROSS_TILE={int(cross_tile)}",
+        f"-DZYFA_LEAVE_OUT={int(leave_out)}",
     ]
 
 

@@ -3,7 +3,7 @@
 // One CTA per SM walks a host-built job table (rows [batch, head, tile_lo, tile_hi], paired causal query tiles of
 // 128 rows; CTA w takes rows w, w + gridDim.x, ...). Three warpgroups:
 //   WG0      producer: one thread loads Q, K and V tiles with TMA into shared memory, completing on mbarriers;
-//            K and V stream through a ring of STAGES slots.
+//            Q through a ring of Q_STAGES slots, K and V through a ring of STAGES slots.
 //   WG1, WG2 consumers: 64 query rows each. S = Q K^T and O += P V with wgmma; the softmax in registers.
 // The numerics follow the model of zyfa.numerics (p_mode "bf16"): key tiles in increasing order, a lazily rescaled
 // row maximum (rescale only when a tile's maximum exceeds it by more than TAU), p = 2^(x - m) in FP32, the row sum
@@ -12,6 +12,8 @@
 // Compile-time configuration (set by asmgen/sm90a/__init__.py):
 //   ZYFA_KERNEL    kernel symbol          ZYFA_D_QK, ZYFA_D_V   head dims (multiples of 64; D_V = 128)
 //   ZYFA_TAU       rescale threshold      ZYFA_STAGES           K/V ring depth
+//   ZYFA_Q_STAGES  Q buffers: 1 (the next query tile's Q loads once both consumers have issued this tile's last
+//                  QK^T) or 2 (it loads while this tile's last key tiles run; fits shared memory only at d = 128)
 //   ZYFA_DYNAMIC_SHARED_BYTES  dynamic shared memory the launch provides (checked against the layout)
 //   ZYFA_OVERLAP   issue QK^T of tile j with P V of tile j-1 and run tile j's softmax under that P V (1), or
 //                  finish P V of tile j-1 before QK^T of tile j (0)
@@ -41,6 +43,10 @@
 //   ZYFA_CROSS_TILE  the last P V of a query tile and the first QK^T of the CTA's next tile are issued together,
 //                  the next tile's first softmax runs under that P V and the epilogue after it (1), or each query
 //                  tile starts with its QK^T alone and ends with its P V alone (0, the shipped kernels)
+//   ZYFA_LEAVE_OUT for measurement only (wrong results): 0 the whole kernel (the shipped kernels); 1 without the
+//                  exponentials: p = m + tau - c s, one FMA like x - m and >= 0 as pinned_address needs, so the
+//                  softmax's other instructions stay and MUFU is idle; 2 without the softmax: P = bf16(S), no row
+//                  maxima, exponentials, sums or rescale, the GEMMs, loads and synchronisation alone
 //   ZYFA_WAIT_HINT which mbarrier waits sleep until a barrier changes instead of polling (mbar_wait): none (0, the
 //                  shipped kernels), the producer's (1: it waits most of the time), or every wait (2); measured
 //                  neutral
@@ -76,17 +82,19 @@ constexpr bool kConsumersSleep = ZYFA_WAIT_HINT >= 2;
 constexpr bool kDoubleP = ZYFA_DOUBLE_P != 0;
 constexpr bool kDescAdd = ZYFA_DESC_ADD != 0;
 constexpr bool kCrossTile = ZYFA_CROSS_TILE != 0;
+constexpr int kQStages = ZYFA_Q_STAGES;
+constexpr int kLeaveOut = ZYFA_LEAVE_OUT;
 
 template <int D_QK, int D_V, int STAGES>
 struct SharedLayout {
   static constexpr int kQBoxes = D_QK / kBoxCols;
   static constexpr int kVBoxes = D_V / kBoxCols;
   static constexpr int kQ = 0;
-  static constexpr int kK = kQ + kQBoxes * kBoxBytes;
+  static constexpr int kK = kQ + kQStages * kQBoxes * kBoxBytes;
   static constexpr int kV = kK + STAGES * kQBoxes * kBoxBytes;
   static constexpr int kBarriers = kV + STAGES * kVBoxes * kBoxBytes;
-  // q_full, q_empty, then per stage k_full, v_full, k_empty, v_empty
-  static constexpr int kNumBarriers = 2 + 4 * STAGES;
+  // per Q slot q_full, q_empty, then per K/V slot k_full, v_full, k_empty, v_empty
+  static constexpr int kNumBarriers = 2 * kQStages + 4 * STAGES;
   static constexpr int kBytes = kBarriers + kNumBarriers * 8;
   static constexpr int kQBytes = kQBoxes * kBoxBytes;
   static constexpr int kKBytes = kQBoxes * kBoxBytes;
@@ -95,17 +103,18 @@ struct SharedLayout {
 
 struct Barriers {
   uint32_t base;
-  __device__ uint32_t q_full() const { return base; }
-  __device__ uint32_t q_empty() const { return base + 8; }
-  __device__ uint32_t k_full(int s) const { return base + 16 + 32 * s; }
-  __device__ uint32_t v_full(int s) const { return base + 24 + 32 * s; }
+  static constexpr int kRing = 16 * kQStages;  // the K/V ring's barriers follow the Q slots' pairs
+  __device__ uint32_t q_full(int s) const { return base + 16 * s; }
+  __device__ uint32_t q_empty(int s) const { return base + 8 + 16 * s; }
+  __device__ uint32_t k_full(int s) const { return base + kRing + 32 * s; }
+  __device__ uint32_t v_full(int s) const { return base + kRing + 8 + 32 * s; }
   // K and V of a slot are released separately: K once QK^T has read it, V once P V has, so the next K load
   // starts a whole tile earlier than if the slot waited for both.
-  __device__ uint32_t k_empty(int s) const { return base + 32 + 32 * s; }
-  __device__ uint32_t v_empty(int s) const { return base + 40 + 32 * s; }
+  __device__ uint32_t k_empty(int s) const { return base + kRing + 16 + 32 * s; }
+  __device__ uint32_t v_empty(int s) const { return base + kRing + 24 + 32 * s; }
 };
 
-// A position in the K/V ring: slot and the parity of the round the slot is in.
+// A position in a ring of buffers (Q, or K/V): slot and the parity of the round the slot is in.
 template <int STAGES>
 struct RingPos {
   int slot = 0;
@@ -154,19 +163,19 @@ __device__ void produce(const TensorMap* tq, const TensorMap* tk, const TensorMa
   const uint32_t base = smem_u32(smem);
   const int group = p.heads / p.heads_k;
   RingPos<STAGES> ring;
-  uint32_t q_parity = 0;
+  RingPos<kQStages> q;
   for (int index = blockIdx.x; index < p.num_jobs; index += gridDim.x) {
     const Job job = load_job(p.jobs, index);
     const int head_k = job.head / group;
     for (int i = 0; i < job.num_tiles(); ++i) {
       const int tile = job.tile(i);
-      mbar_wait<kProducerSleeps>(bars.q_empty(), q_parity ^ 1);
-      mbar_arrive_expect_tx(bars.q_full(), L::kQBytes);
+      mbar_wait<kProducerSleeps>(bars.q_empty(q.slot), q.parity ^ 1);
+      mbar_arrive_expect_tx(bars.q_full(q.slot), L::kQBytes);
 #pragma unroll
       for (int b = 0; b < L::kQBoxes; ++b)
-        tma_load_4d(base + L::kQ + b * kBoxBytes, tq, bars.q_full(), b * kBoxCols, tile * kTileM, job.head,
-                    job.batch);
-      q_parity ^= 1;
+        tma_load_4d(base + L::kQ + (q.slot * L::kQBoxes + b) * kBoxBytes, tq, bars.q_full(q.slot), b * kBoxCols,
+                    tile * kTileM, job.head, job.batch);
+      q.advance();
       for (int kt = 0; kt <= tile; ++kt) {
         mbar_wait<kProducerSleeps>(bars.k_empty(ring.slot), ring.parity ^ 1);
         mbar_arrive_expect_tx(bars.k_full(ring.slot), L::kKBytes);
@@ -239,6 +248,10 @@ __device__ __forceinline__ constexpr bool poly_group(int g) {
 template <int POLY_GROUPS>
 __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float scale_log2, float tau,
                                              float (&factor)[2]) {
+  if constexpr (kLeaveOut == 2) {
+    factor[0] = factor[1] = 1.0f;
+    return;
+  }
   // Row maxima as four independent chains per row (a short dependency chain; max is exact in any order).
   constexpr int kChains = 4;
   float mx[2][kChains];
@@ -260,12 +273,16 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float
 #pragma unroll
   for (int r = 0; r < 64; ++r) {
     const int h = acc_half(r);
+    if constexpr (kLeaveOut == 1) {
+      s[r] = fmaf(s[r], -scale_log2, st.m[h] + tau);  // timing only: >= 0 with no exponential (ZYFA_LEAVE_OUT)
+    } else {
 #if ZYFA_FMA_SCALE
-    const float x = fmaf(s[r], scale_log2, -st.m[h]);  // one rounding fewer than the model: a last-bit difference
+      const float x = fmaf(s[r], scale_log2, -st.m[h]);  // one rounding fewer than the model: a last-bit difference
 #else
-    const float x = __fmul_rn(s[r], scale_log2) - st.m[h];  // x = c s rounded, then x - m: the model's two roundings
+      const float x = __fmul_rn(s[r], scale_log2) - st.m[h];  // x = c s rounded, then x - m: the model's roundings
 #endif
-    s[r] = poly_group<POLY_GROUPS>(r / 4) ? exp2_poly(x) : ex2(x);
+      s[r] = poly_group<POLY_GROUPS>(r / 4) ? exp2_poly(x) : ex2(x);
+    }
     st.l[h] += s[r];
   }
 }
@@ -273,6 +290,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float
 // `bar`, made to depend on every probability of the tile for ptxas (ZYFA_PIN_SOFTMAX): the row sums are sums of
 // values >= +0, or a NaN, which FP32 arithmetic returns as the canonical 0x7FFFFFFF, so their sum never has the
 // sign bit set and the select always yields `bar`; ptxas cannot prove that and keeps the data dependency.
+// Precondition: p >= 0. A negative row sum would arrive on the next barrier and hang the CTA.
 // With `packed` (ZYFA_DOUBLE_P) the address depends on every P fragment too (their OR: about 11 three-input LOP3):
 // BF16 probabilities have no sign bit either (cvt returns a NaN as the canonical 0x7FFF).
 __device__ __forceinline__ uint32_t pinned_address(uint32_t bar, const RowState& st, uint32_t packed = 0) {
@@ -358,7 +376,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   const int warp = thread / 32;
   const int lane = threadIdx.x % 32;
   const float scale_log2 = p.scale_log2;
-  const uint32_t q_rows = base + L::kQ + consumer * kRowsPerConsumer * kAtomRowBytes;
+  const uint32_t q_base = base + L::kQ + consumer * kRowsPerConsumer * kAtomRowBytes;  // this consumer's rows
   const PingPong<PINGPONG> turn{kPingBarrier + consumer, kPingBarrier + (consumer ^ 1)};
   if (consumer == 1) turn.release();  // the first consumer goes first
 
@@ -366,7 +384,9 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   RingPos<STAGES> prev;  // the ring slot whose V the next P V reads
   RowState st;
   bool started = false;  // ZYFA_CROSS_TILE: the previous tile already ran this tile's first key tile
-  uint32_t q_parity = 0;
+  RingPos<kQStages> q;  // the Q slot of the next tile to start
+  int q_slot = 0;  // the current tile's Q slot
+  uint32_t q_rows = q_base;  // this consumer's rows of it
   float s[64], o[64];
   uint32_t pf[32];  // P fragments read by the next P V
   uint32_t pf_b[32];  // ZYFA_DOUBLE_P: the second set, written while P V reads the first (unused otherwise)
@@ -377,6 +397,14 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
   };
+  // A query tile's Q: wait for its slot to land before the tile's first QK^T; free it after the last.
+  auto acquire_q = [&]() {
+    q_slot = q.slot;
+    mbar_wait<kConsumersSleep>(bars.q_full(q_slot), q.parity);
+    q.advance();
+    if constexpr (kQStages > 1) q_rows = q_base + q_slot * L::kQBytes;  // one buffer: q_rows stays q_base
+  };
+  auto release_q = [&]() { release(bars.q_empty(q_slot)); };
   // Epilogue of a query tile: O / l to BF16, lse = ln2 (m + log2 l), with log2 l = -log2(1/l).
   auto store_tile = [&](const Job& job, int tile, const RowState& rows) {
     const int row = tile * kTileM + consumer * kRowsPerConsumer + 16 * warp + lane / 4;
@@ -408,8 +436,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
 #pragma unroll
         for (int r = 0; r < 64; ++r) o[r] = 0.0f;
 
-        mbar_wait<kConsumersSleep>(bars.q_full(), q_parity);
-        q_parity ^= 1;
+        acquire_q();
 
         // Key tile 0: QK^T alone (no P V before it).
         mbar_wait<kConsumersSleep>(bars.k_full(ring.slot), ring.parity);
@@ -422,7 +449,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         fence_regs(s);
         release(bars.k_empty(ring.slot));
         if (tile == 0) {
-          release(bars.q_empty());
+          release_q();
           mask_diagonal(s, diag_row, lane);
         }
         softmax_tile<0>(s, st, scale_log2, kTau, factor);  // ex2 only: this tile may be the diagonal one
@@ -458,7 +485,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         fence_regs(s);
         if constexpr (!kPinSoftmax) release(bars.k_empty(ring.slot));
         if constexpr (decltype(diagonal)::value) {
-          release(bars.q_empty());
+          release_q();
           mask_diagonal(s, diag_row, lane);
           softmax_tile<0>(s, st, scale_log2, kTau, factor);
         } else {
@@ -516,8 +543,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
           if (next >= 0) {
             // This tile's last P V and the next tile's first QK^T in flight together; the next tile's first
             // softmax runs under the P V, this tile's epilogue after it.
-            mbar_wait<kConsumersSleep>(bars.q_full(), q_parity);
-            q_parity ^= 1;
+            acquire_q();
             mbar_wait<kConsumersSleep>(bars.k_full(ring.slot), ring.parity);
             mbar_wait<kConsumersSleep>(bars.v_full(prev.slot), prev.parity);
             turn.acquire();
@@ -532,7 +558,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
             const RowState done = st;
             st = no_rows();
             if (next == 0) {
-              release(bars.q_empty());
+              release_q();
               mask_diagonal(s, diag_row, lane);
             }
             softmax_tile<0>(s, st, scale_log2, kTau, factor);  // its factor is not applied: O starts at 0
@@ -581,8 +607,10 @@ __device__ void attention_fwd(const TensorMap* tq, const TensorMap* tk, const Te
     tma_prefetch_map(tq);
     tma_prefetch_map(tk);
     tma_prefetch_map(tv);
-    mbar_init(bars.q_full(), 1);
-    mbar_init(bars.q_empty(), kConsumerWarps);
+    for (int s = 0; s < kQStages; ++s) {
+      mbar_init(bars.q_full(s), 1);
+      mbar_init(bars.q_empty(s), kConsumerWarps);
+    }
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(bars.k_full(s), 1);
       mbar_init(bars.v_full(s), 1);
@@ -610,6 +638,8 @@ static_assert(zyfa::SharedLayout<ZYFA_D_QK, ZYFA_D_V, ZYFA_STAGES>::kBytes + zyf
               "shared memory layout and manifest disagree");
 static_assert(ZYFA_D_V == zyfa::kTileN, "the PV product is one 64x128 accumulator: d_v must be 128");
 static_assert(ZYFA_D_QK % zyfa::kBoxCols == 0, "d_qk must be a multiple of 64");
+static_assert(ZYFA_Q_STAGES == 1 || ZYFA_Q_STAGES == 2, "one or two Q buffers");
+static_assert(ZYFA_LEAVE_OUT >= 0 && ZYFA_LEAVE_OUT <= 2, "ZYFA_LEAVE_OUT: 0 nothing, 1 the exponentials, 2 the softmax");
 static_assert(!(ZYFA_CROSS_TILE && ZYFA_DOUBLE_P), "ZYFA_CROSS_TILE is written for one set of P fragments");
 static_assert(!ZYFA_DOUBLE_P || (ZYFA_OVERLAP && ZYFA_PIN_SOFTMAX),
               "ZYFA_DOUBLE_P needs the overlapped schedule and ZYFA_PIN_SOFTMAX (without it ptxas sinks the packing "

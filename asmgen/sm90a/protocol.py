@@ -13,8 +13,8 @@ wgmma groups that read shared memory until they complete (in issue order, at tim
   completes),
 - a parity wait that falls two phases behind its barrier (parity could no longer tell the phases apart).
 
-It mirrors the code by hand: `produce`, `consume` and their options (STAGES, ping-pong, the pinned K release,
-ZYFA_CROSS_TILE) follow attention_fwd.cu and must be kept in step with it.
+It mirrors the code by hand: `produce`, `consume` and their options (STAGES, Q_STAGES, ping-pong, the pinned K
+release, ZYFA_CROSS_TILE) follow attention_fwd.cu and must be kept in step with it.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ class Config:
     pingpong: bool = True
     pinned: bool = False  # ZYFA_PIN_SOFTMAX: the K release moves to just before the P V wait
     cross_tile: bool = False  # ZYFA_CROSS_TILE
+    q_stages: int = 1  # ZYFA_Q_STAGES
 
 
 @dataclass
@@ -68,7 +69,8 @@ class State:
 
     def __post_init__(self):
         arrivals = WARPS_PER_CONSUMER * CONSUMERS
-        self.barriers["q_full"], self.barriers["q_empty"] = Barrier(1), Barrier(arrivals)
+        for s in range(self.cfg.q_stages):
+            self.barriers[f"q_full{s}"], self.barriers[f"q_empty{s}"] = Barrier(1), Barrier(arrivals)
         for s in range(self.cfg.stages):
             for name in ("k_full", "v_full"):
                 self.barriers[f"{name}{s}"] = Barrier(1)
@@ -96,13 +98,13 @@ class Ring:
 # ("acquire", consumer), ("release", consumer).
 
 
-def produce(tiles, group: int, stages: int):
-    ring, q_parity, q_uses, uses = Ring(stages), 0, 0, [0] * stages
+def produce(tiles, group: int, stages: int, q_stages: int):
+    ring, q, q_uses, uses = Ring(stages), Ring(q_stages), [0] * q_stages, [0] * stages
     for b, h, tile in tiles:
-        yield "wait", "q_empty", q_parity ^ 1, q_uses
-        q_uses += 1
-        yield "load", "Q", 0, ("Q", b, h, tile), "q_full"
-        q_parity ^= 1
+        yield "wait", f"q_empty{q.slot}", q.parity ^ 1, q_uses[q.slot]
+        q_uses[q.slot] += 1
+        yield "load", "Q", q.slot, ("Q", b, h, tile), f"q_full{q.slot}"
+        q.advance()
         for kt in range(tile + 1):
             yield "wait", f"k_empty{ring.slot}", ring.parity ^ 1, uses[ring.slot]
             yield "load", "K", ring.slot, ("K", b, h // group, kt), f"k_full{ring.slot}"
@@ -118,12 +120,19 @@ def free(barrier: str):
 
 
 def consume(c: int, tiles, group: int, cfg: Config):
-    ring, prev, q_parity = Ring(cfg.stages), None, 0
-    k_uses, v_uses, q_uses = [0] * cfg.stages, [0] * cfg.stages, 0
+    ring, prev, q, q_slot = Ring(cfg.stages), None, Ring(cfg.q_stages), 0
+    k_uses, v_uses, q_uses = [0] * cfg.stages, [0] * cfg.stages, [0] * cfg.q_stages
 
     def full_wait(kind: str, at: Ring, uses: list[int]):
         op = ("wait", f"{kind}_full{at.slot}", at.parity, uses[at.slot] + 1)
         uses[at.slot] += 1
+        return op
+
+    def acquire_q():  # the next tile's Q slot: wait for its load
+        nonlocal q_slot
+        q_slot = q.slot
+        op = full_wait("q", q, q_uses)
+        q.advance()
         return op
 
     def turn(reads):
@@ -139,27 +148,26 @@ def consume(c: int, tiles, group: int, cfg: Config):
     for n, (b, h, tile) in enumerate(tiles):
         kv = (b, h // group)
         if not (cfg.cross_tile and started):
-            yield "wait", "q_full", q_parity, q_uses + 1
-            q_uses, q_parity = q_uses + 1, q_parity ^ 1
+            yield acquire_q()
             yield full_wait("k", ring, k_uses)
-            yield from turn([[("Q", 0, ("Q", b, h, tile)), ("K", ring.slot, ("K", *kv, 0))]])
+            yield from turn([[("Q", q_slot, ("Q", b, h, tile)), ("K", ring.slot, ("K", *kv, 0))]])
             yield "wait_group", c, 0
             yield free(f"k_empty{ring.slot}")
             if tile == 0:
-                yield free("q_empty")
+                yield free(f"q_empty{q_slot}")
             prev = ring.copy()
             ring.advance()
         started = False
         for kt in range(1, tile + 1):
             yield full_wait("k", ring, k_uses)
             yield full_wait("v", prev, v_uses)
-            yield from turn([[("Q", 0, ("Q", b, h, tile)), ("K", ring.slot, ("K", *kv, kt))],
+            yield from turn([[("Q", q_slot, ("Q", b, h, tile)), ("K", ring.slot, ("K", *kv, kt))],
                              [("V", prev.slot, ("V", *kv, kt - 1))]])
             yield "wait_group", c, 1
             if not cfg.pinned:
                 yield free(f"k_empty{ring.slot}")
             if kt == tile:
-                yield free("q_empty")
+                yield free(f"q_empty{q_slot}")
             if cfg.pinned:
                 yield free(f"k_empty{ring.slot}")
             yield "wait_group", c, 0
@@ -168,15 +176,14 @@ def consume(c: int, tiles, group: int, cfg: Config):
             ring.advance()
         if cfg.cross_tile and n + 1 < len(tiles):
             nb, nh, next_tile = tiles[n + 1]
-            yield "wait", "q_full", q_parity, q_uses + 1
-            q_uses, q_parity = q_uses + 1, q_parity ^ 1
+            yield acquire_q()
             yield full_wait("k", ring, k_uses)
             yield full_wait("v", prev, v_uses)
-            yield from turn([[("Q", 0, ("Q", nb, nh, next_tile)), ("K", ring.slot, ("K", nb, nh // group, 0))],
+            yield from turn([[("Q", q_slot, ("Q", nb, nh, next_tile)), ("K", ring.slot, ("K", nb, nh // group, 0))],
                              [("V", prev.slot, ("V", *kv, tile))]])
             yield "wait_group", c, 1
             if next_tile == 0:
-                yield free("q_empty")
+                yield free(f"q_empty{q_slot}")
             yield free(f"k_empty{ring.slot}")  # pinned in both schedules
             yield "wait_group", c, 0
             yield free(f"v_empty{prev.slot}")
@@ -194,7 +201,7 @@ def run(tiles, group: int, cfg: Config, seed: int) -> int:
     """One random interleaving of a CTA's producer and consumers over `tiles`; returns the number of steps."""
     rng = random.Random(seed)
     st = State(cfg)
-    agents = {"producer": produce(tiles, group, cfg.stages), 0: consume(0, tiles, group, cfg),
+    agents = {"producer": produce(tiles, group, cfg.stages, cfg.q_stages), 0: consume(0, tiles, group, cfg),
               1: consume(1, tiles, group, cfg)}
     pending = {name: next(agent, None) for name, agent in agents.items()}
     steps = 0

@@ -21,32 +21,61 @@ variants_script = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(variants_script)
 
 
+PREPARED = ("cross_tile", "q2", "q2_cross_tile", "no_exp", "no_softmax")
+
+
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    """The variants of docs/sm90a.md, "Prepared for the next run", built as the benchmark builds them."""
+    """The variants of docs/sm90a.md, "Prepared for the next run", and the last ones measured, built as the
+    benchmark builds them."""
     folder = tmp_path_factory.mktemp("variants")
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sm90a_variants.py"), str(folder), "--only",
-                    "cross_tile", variants_script.DEEPER, "--schedules", "pingpong", "independent"], check=True,
-                   capture_output=True)
+                    *PREPARED, "--schedules", "pingpong", "independent"], check=True, capture_output=True)
     return folder, json.loads((folder / "manifest.json").read_text())["kernels"]
+
+
+def by_suffix(kernels, suffix):
+    return [k for k in kernels if k["name"].endswith(f"_{suffix}")]
 
 
 def test_prepared_variants_build_without_local_memory(prepared):
     folder, kernels = prepared
-    names = {k["name"] for k in kernels}
-    # cross_tile for both head dims and schedules; a third ring slot fits shared memory only at d = 128
-    assert len(names) == 6 and all(n.endswith(("_cross_tile", "_stages3")) for n in names)
+    # every variant for both head dims and schedules, except that a second Q buffer fits only at d = 128
+    assert len(kernels) == 3 * 4 + 2 * 2
+    assert {k["d_qk"] for k in by_suffix(kernels, "q2") + by_suffix(kernels, "q2_cross_tile")} == {128}
     for k in kernels:
         assert k["resources"]["local_bytes"] == 0 and k["resources"]["stack_bytes"] == 0
         assert k["shared_bytes"] <= sm90a.MAX_SHARED
         assert not any(sass.LOCAL_MEMORY.search(c) for c in sass.instructions(folder / k["file"]))
 
 
+def test_second_q_buffer_is_in_the_layout(prepared):
+    _, kernels = prepared
+    for k in by_suffix(kernels, "q2"):
+        assert k["q_stages"] == 2
+        assert k["shared_bytes"] == sm90a.dynamic_shared_bytes(128, 128, q_stages=1) + 128 * 128 * 2 + 2 * 8 \
+            + sm90a.RESERVED_SHARED  # one more Q tile and its two barriers
+
+
+def test_leave_out_variants_drop_what_they_name(prepared):
+    folder, kernels = prepared
+    shipped = {e["name"]: sass.instructions(sass.OBJECTS / e["file"]) for e in sm90a.KERNELS}
+    for k in by_suffix(kernels, "no_exp"):
+        code = sass.instructions(folder / k["file"])
+        base = shipped[k["name"].removesuffix("_no_exp")]
+        # only the rescale factors' exponentials are left; the GEMMs are the shipped kernel's
+        assert sum("MUFU.EX2" in c for c in code) <= 8 < sum("MUFU.EX2" in c for c in base)
+        assert sum("HGMMA" in c for c in code) == sum("HGMMA" in c for c in base)
+    for k in by_suffix(kernels, "no_softmax"):
+        code = sass.instructions(folder / k["file"])
+        assert not any("MUFU.EX2" in c or "FMNMX" in c for c in code)
+        base = shipped[k["name"].removesuffix("_no_softmax")]
+        assert sum("HGMMA" in c for c in code) == sum("HGMMA" in c for c in base)
+
+
 def test_cross_tile_adds_one_merged_step_with_the_softmax_under_p_v(prepared):
     folder, kernels = prepared
-    for k in kernels:
-        if not k["name"].endswith("_cross_tile"):
-            continue
+    for k in by_suffix(kernels, "cross_tile"):
         code = sass.instructions(folder / k["file"])
         gemms_per_step = k["d_qk"] // 16 + 128 // 16  # QK^T k-steps + P V k-steps
         shipped = 3 * gemms_per_step  # first QK^T, the steady step and the diagonal step, the last P V

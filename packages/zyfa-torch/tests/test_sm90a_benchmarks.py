@@ -57,3 +57,17 @@ def test_report_has_the_main_table_and_the_sustained_clock_section():
     assert "| 128/128 | 8192 | 32/32 | 550 | 500 | n/a | 1.100 | 55.6 |  | 1.90e-03 | 1.90e-03 |" in text
     assert "Sustained clocks, activation-like inputs, MHA (2.0 s idle, 1.0 s of back-to-back calls" in text
     assert "| 128/128 | 8192 | 32 | 520 | 480 | 1.083 |" in text
+
+
+def watched(seconds_asleep: float) -> subprocess.CompletedProcess:
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from gpu_common import watchdog\n"
+            f"with watchdog('the body', 1.0):\n    time.sleep({seconds_asleep})\nprint('done')")
+    return subprocess.run([sys.executable, "-c", code, str(BENCHMARKS.parent / "ci")], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_watchdog_ends_a_run_that_hangs_and_names_it():
+    hung = watched(30.0)
+    assert hung.returncode == 3 and "the body did not finish within 1 s" in hung.stderr and "done" not in hung.stdout
+    finished = watched(0.0)
+    assert finished.returncode == 0 and finished.stdout.strip() == "done"
