@@ -11,7 +11,8 @@ ahead of the P V wait (pin, pin_desc with wgmma descriptors advanced by one add,
 fragments on top: d_qk = 128 only, it spills at 192; docs/sm90a.md, "Pinning the softmax"), mbarrier waits that
 sleep instead of polling (sleep: the producer's, sleep_all: every wait), a query tile's last P V issued with
 the next tile's first QK^T (cross_tile), and a second Q buffer (q2, q2_cross_tile: d = 128 only), so that the next
-query tile's Q loads while this one's last key tiles run. Two leave a stage out for timing only (their results are
+query tile's Q loads while this one's last key tiles run, and the row maxima's quad reductions behind a warp vote
+(vote: bitwise the same results). Two leave a stage out for timing only (their results are
 wrong): no_exp (p = m + tau - c s instead of 2^(c s - m): MUFU idle) and no_softmax (P = bf16(S)). By default only
 the ping-pong kernels get variants. They are for measurement only and never shipped.
 
@@ -50,6 +51,7 @@ VARIANTS = {
     DEEPER: {"stages": sm90a.STAGES + 1},
     "q2": {"q_stages": 2},
     "q2_cross_tile": {"q_stages": 2, "cross_tile": True},
+    "vote": {"vote_max": True},
     # for timing only, results are wrong (ci/gpu_check.py --variants fails them): what the exponentials, and the
     # whole softmax, cost
     "no_exp": {"leave_out": 1},

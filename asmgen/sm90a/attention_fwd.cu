@@ -43,6 +43,9 @@
 //   ZYFA_CROSS_TILE  the last P V of a query tile and the first QK^T of the CTA's next tile are issued together,
 //                  the next tile's first softmax runs under that P V and the epilogue after it (1), or each query
 //                  tile starts with its QK^T alone and ends with its P V alone (0, the shipped kernels)
+//   ZYFA_VOTE_MAX  skip the quad reductions of the row maxima when no lane of the warp has a partial maximum above
+//                  m + tau (1: a warp vote instead of two dependent shuffles per row; the row maximum cannot move
+//                  then, so the results are bitwise those of 0), or always reduce (0, the shipped kernels)
 //   ZYFA_LEAVE_OUT for measurement only (wrong results): 0 the whole kernel (the shipped kernels); 1 without the
 //                  exponentials: p = m + tau - c s, one FMA like x - m and >= 0 as pinned_address needs, so the
 //                  softmax's other instructions stay and MUFU is idle; 2 without the softmax: P = bf16(S), no row
@@ -84,6 +87,7 @@ constexpr bool kDescAdd = ZYFA_DESC_ADD != 0;
 constexpr bool kCrossTile = ZYFA_CROSS_TILE != 0;
 constexpr int kQStages = ZYFA_Q_STAGES;
 constexpr int kLeaveOut = ZYFA_LEAVE_OUT;
+constexpr bool kVoteMax = ZYFA_VOTE_MAX != 0;
 
 template <int D_QK, int D_V, int STAGES>
 struct SharedLayout {
@@ -259,15 +263,22 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float
   for (int c = 0; c < kChains; ++c) mx[0][c] = mx[1][c] = -CUDART_INF_F;
 #pragma unroll
   for (int r = 0; r < 64; ++r) mx[acc_half(r)][(r / 4) % kChains] = fmaxf(mx[acc_half(r)][(r / 4) % kChains], s[r]);
+  float local[2];  // this lane's partial row maxima
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    // c > 0, so the maximum of the scaled scores is the scaled maximum, with the same rounding.
-    const float mt = quad_max(fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]))) * scale_log2;
-    factor[h] = 1.0f;
-    if (mt > st.m[h] + tau) {
-      factor[h] = ex2(st.m[h] - mt);
-      st.m[h] = mt;
-      st.l[h] *= factor[h];
+  for (int h = 0; h < 2; ++h) local[h] = fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]));
+  factor[0] = factor[1] = 1.0f;
+  // c > 0, so the maximum of the scaled scores is the scaled maximum, with the same rounding, and a row's maximum
+  // exceeds m + tau exactly when one of its quad's partial maxima does (ZYFA_VOTE_MAX).
+  if (!kVoteMax || __any_sync(0xffffffff, local[0] * scale_log2 > st.m[0] + tau ||
+                                              local[1] * scale_log2 > st.m[1] + tau)) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float mt = quad_max(local[h]) * scale_log2;
+      if (mt > st.m[h] + tau) {
+        factor[h] = ex2(st.m[h] - mt);
+        st.m[h] = mt;
+        st.l[h] *= factor[h];
+      }
     }
   }
 #pragma unroll
@@ -639,6 +650,7 @@ static_assert(zyfa::SharedLayout<ZYFA_D_QK, ZYFA_D_V, ZYFA_STAGES>::kBytes + zyf
 static_assert(ZYFA_D_V == zyfa::kTileN, "the PV product is one 64x128 accumulator: d_v must be 128");
 static_assert(ZYFA_D_QK % zyfa::kBoxCols == 0, "d_qk must be a multiple of 64");
 static_assert(ZYFA_Q_STAGES == 1 || ZYFA_Q_STAGES == 2, "one or two Q buffers");
+static_assert(ZYFA_VOTE_MAX == 0 || ZYFA_VOTE_MAX == 1, "ZYFA_VOTE_MAX is 0 or 1");
 static_assert(ZYFA_LEAVE_OUT >= 0 && ZYFA_LEAVE_OUT <= 2, "ZYFA_LEAVE_OUT: 0 nothing, 1 the exponentials, 2 the softmax");
 static_assert(!(ZYFA_CROSS_TILE && ZYFA_DOUBLE_P), "ZYFA_CROSS_TILE is written for one set of P fragments");
 static_assert(!ZYFA_DOUBLE_P || (ZYFA_OVERLAP && ZYFA_PIN_SOFTMAX),

@@ -21,7 +21,7 @@ variants_script = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(variants_script)
 
 
-PREPARED = ("cross_tile", "q2", "q2_cross_tile", "no_exp", "no_softmax")
+PREPARED = ("cross_tile", "q2", "q2_cross_tile", "vote", "no_exp", "no_softmax")
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def by_suffix(kernels, suffix):
 def test_prepared_variants_build_without_local_memory(prepared):
     folder, kernels = prepared
     # every variant for both head dims and schedules, except that a second Q buffer fits only at d = 128
-    assert len(kernels) == 3 * 4 + 2 * 2
+    assert len(kernels) == 4 * 4 + 2 * 2
     assert {k["d_qk"] for k in by_suffix(kernels, "q2") + by_suffix(kernels, "q2_cross_tile")} == {128}
     for k in kernels:
         assert k["resources"]["local_bytes"] == 0 and k["resources"]["stack_bytes"] == 0
@@ -102,3 +102,16 @@ def test_shipped_kernels_take_the_measured_choices():
         pinned = entry["schedule"] in sm90a.PINNED_SCHEDULES
         assert f"-DZYFA_PIN_SOFTMAX={int(pinned)}" in flags and f"-DZYFA_DESC_ADD={int(pinned)}" in flags
         assert "-DZYFA_CROSS_TILE=0" in flags and "-DZYFA_WAIT_HINT=0" in flags and "-DZYFA_DOUBLE_P=0" in flags
+
+
+def test_vote_skips_the_quad_reductions_behind_a_warp_vote(prepared):
+    folder, kernels = prepared
+    for k in by_suffix(kernels, "vote"):
+        code = sass.instructions(folder / k["file"])
+        step = next(i for i, c in enumerate(code) if sass.S_WAIT in c)
+        first_exp = next(i for i in range(step, len(code)) if "MUFU.EX2" in code[i])
+        body = code[step:first_exp]
+        vote = next(i for i, c in enumerate(body) if "VOTE.ANY" in c)
+        # the vote, then a branch around the four shuffles (two dependent levels, two rows)
+        assert "BRA" in body[vote + 1]
+        assert sum("SHFL.BFLY" in c for c in body[vote:]) == 4 and not any("SHFL" in c for c in body[:vote])
