@@ -12,7 +12,8 @@ fragments on top: d_qk = 128 only, it spills at 192; docs/sm90a.md, "Pinning the
 sleep instead of polling (sleep: the producer's, sleep_all: every wait), a query tile's last P V issued with
 the next tile's first QK^T (cross_tile), and a second Q buffer (q2, q2_cross_tile: d = 128 only), so that the next
 query tile's Q loads while this one's last key tiles run, and the row maxima's quad reductions behind a warp vote
-(vote: bitwise the same results). Two leave a stage out for timing only (their results are
+(vote), or the exponentials started before the maxima are known, S recomputed where one moves (speculate); both
+give bitwise the same results. Two leave a stage out for timing only (their results are
 wrong): no_exp (p = m + tau - c s instead of 2^(c s - m): MUFU idle) and no_softmax (P = bf16(S)). By default only
 the ping-pong kernels get variants. They are for measurement only and never shipped.
 
@@ -52,11 +53,15 @@ VARIANTS = {
     "q2": {"q_stages": 2},
     "q2_cross_tile": {"q_stages": 2, "cross_tile": True},
     "vote": {"vote_max": True},
+    "speculate": {"speculate": True, "pin_softmax": True, "desc_add": True},  # needs the pinned softmax
     # for timing only, results are wrong (ci/gpu_check.py --variants fails them): what the exponentials, and the
     # whole softmax, cost
     "no_exp": {"leave_out": 1},
     "no_softmax": {"leave_out": 2},
 }
+# Variants whose outputs must equal the shipped kernels' bit for bit: their manifest entries say so, and
+# ci/gpu_check.py --variants then compares them with every shipped kernel of their head dims.
+SAME_RESULTS = ("vote", "speculate")
 # Keys of a variant that change the kernel's shared-memory layout (manifest fields) rather than a build keyword;
 # such variants exist only where the layout fits (a third K/V slot or a second Q buffer: d = 128 only).
 LAYOUT_KEYS = ("stages", "q_stages")
@@ -94,7 +99,8 @@ def main() -> int:
         if kernel["schedule"] not in args.schedules or (args.d_qk and kernel["d_qk"] not in args.d_qk):
             continue
         for suffix, base, flags in variants_of(kernel, names):
-            entry = {**base, "name": f"{kernel['name']}_{suffix}", "file": f"{kernel['name']}_{suffix}.cubin"}
+            entry = {**base, "name": f"{kernel['name']}_{suffix}", "file": f"{kernel['name']}_{suffix}.cubin",
+                     "same_results_as_shipped": suffix in SAME_RESULTS}
             path = root / entry["file"]
             sm90a.build(entry, path, **flags)
             entries.append({**entry, "target": "sm90a", "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),

@@ -141,12 +141,16 @@ DOUBLE_P = False
 # Whether the quad reductions of a tile's row maxima are skipped when a warp vote finds no partial maximum above
 # m + tau (ZYFA_VOTE_MAX; the results are bitwise the same): off in the shipped kernels until measured, a variant.
 VOTE_MAX = False
+# Whether the steady-state steps start the exponentials before the tile's row maxima are known, recomputing S when
+# a maximum moves (ZYFA_SPECULATE; bitwise the same results): off in the shipped kernels until measured, a variant.
+SPECULATE = False
 
 
 def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None, fma_scale: bool = True,
             poly_exp2_groups: int = POLY_EXP2_GROUPS, pin_softmax: bool | None = None,
             double_p: bool = DOUBLE_P, desc_add: bool | None = None, wait_hint: int = WAIT_HINT,
-            cross_tile: bool = CROSS_TILE, vote_max: bool = VOTE_MAX, leave_out: int = 0) -> list[str]:
+            cross_tile: bool = CROSS_TILE, vote_max: bool = VOTE_MAX, speculate: bool = SPECULATE,
+            leave_out: int = 0) -> list[str]:
     """Preprocessor configuration of one kernel; the keywords give the variants the benchmark compares (pingpong,
     pin_softmax and desc_add default to the kernel's schedule; leave_out > 0 only for timing: results are wrong)."""
     if pingpong is None:
@@ -172,6 +176,7 @@ def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None,
         f"-DZYFA_WAIT_HINT={int(wait_hint)}",
         f"-DZYFA_CROSS_TILE={int(cross_tile)}",
         f"-DZYFA_VOTE_MAX={int(vote_max)}",
+        f"-DZYFA_SPECULATE={int(speculate)}",
         f"-DZYFA_LEAVE_OUT={int(leave_out)}",
     ]
 

@@ -46,6 +46,13 @@
 //   ZYFA_VOTE_MAX  skip the quad reductions of the row maxima when no lane of the warp has a partial maximum above
 //                  m + tau (1: a warp vote instead of two dependent shuffles per row; the row maximum cannot move
 //                  then, so the results are bitwise those of 0), or always reduce (0, the shipped kernels)
+//   ZYFA_SPECULATE in the steady-state steps, start the exponentials with the current row maxima at once and find
+//                  the tile's maxima alongside (1): if a warpgroup-wide vote then finds one that moves (rare after
+//                  the first key tiles), S is computed again from Q and K, still in shared memory, and the tile
+//                  takes the usual path; otherwise the exponentials were the right ones, so the results are bitwise
+//                  those of 0 (the shipped kernels: maxima, then exponentials). K is still there: the producer
+//                  refills a K slot only after the V load before it, which waits for this step's V release.
+//                  Needs ZYFA_PIN_SOFTMAX (unpinned, ptxas would sink the softmax past the P V wait anyway).
 //   ZYFA_LEAVE_OUT for measurement only (wrong results): 0 the whole kernel (the shipped kernels); 1 without the
 //                  exponentials: p = m + tau - c s, one FMA like x - m and >= 0 as pinned_address needs, so the
 //                  softmax's other instructions stay and MUFU is idle; 2 without the softmax: P = bf16(S), no row
@@ -76,6 +83,7 @@ constexpr int kThreads = 3 * kThreadsPerWarpgroup;
 constexpr uint32_t kProducerRegs = 24;
 constexpr uint32_t kConsumerRegs = 240;
 constexpr uint32_t kPingBarrier = 1;  // named barriers 1 and 2: one per consumer warpgroup
+constexpr uint32_t kVoteBarrier = 3;  // named barriers 3 and 4: a consumer warpgroup's vote (ZYFA_SPECULATE)
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kTau = ZYFA_TAU;  // rescale threshold of the lazy row maximum, base-2 units
 constexpr int kPolyExp2Groups = ZYFA_POLY_EXP2_GROUPS;
@@ -88,6 +96,7 @@ constexpr bool kCrossTile = ZYFA_CROSS_TILE != 0;
 constexpr int kQStages = ZYFA_Q_STAGES;
 constexpr int kLeaveOut = ZYFA_LEAVE_OUT;
 constexpr bool kVoteMax = ZYFA_VOTE_MAX != 0;
+constexpr bool kSpeculate = ZYFA_SPECULATE != 0;
 
 template <int D_QK, int D_V, int STAGES>
 struct SharedLayout {
@@ -298,6 +307,30 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float
   }
 }
 
+// ZYFA_SPECULATE: the exponentials of a key tile with the current row maxima, and whether the tile moves any row
+// maximum of the warpgroup (the vote waits for its four warps). If not, the probabilities and row sums are
+// softmax_tile's, bit for bit (same FFMA, ex2 and summation order; the maxima stay); if so, `s` and `st` are left
+// unusable and the caller computes S again and runs softmax_tile.
+__device__ __forceinline__ bool softmax_tile_speculative(float (&s)[64], RowState& st, float scale_log2, float tau,
+                                                         uint32_t vote_barrier) {
+  constexpr int kChains = 4;
+  float mx[2][kChains];
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) mx[0][c] = mx[1][c] = -CUDART_INF_F;
+#pragma unroll
+  for (int r = 0; r < 64; ++r) {
+    const int h = acc_half(r);
+    mx[h][(r / 4) % kChains] = fmaxf(mx[h][(r / 4) % kChains], s[r]);
+    s[r] = ex2(fmaf(s[r], scale_log2, -st.m[h]));
+    st.l[h] += s[r];
+  }
+  bool moves = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)  // as in softmax_tile: a partial maximum above m + tau moves its row
+    moves |= fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3])) * scale_log2 > st.m[h] + tau;
+  return named_barrier_any(vote_barrier, kThreadsPerWarpgroup, moves);
+}
+
 // `bar`, made to depend on every probability of the tile for ptxas (ZYFA_PIN_SOFTMAX): the row sums are sums of
 // values >= +0, or a NaN, which FP32 arithmetic returns as the canonical 0x7FFFFFFF, so their sum never has the
 // sign bit set and the select always yields `bar`; ptxas cannot prove that and keeps the data dependency.
@@ -499,6 +532,19 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
           release_q();
           mask_diagonal(s, diag_row, lane);
           softmax_tile<0>(s, st, scale_log2, kTau, factor);
+        } else if constexpr (kSpeculate) {
+          const RowState before = st;
+          factor[0] = factor[1] = 1.0f;
+          if (softmax_tile_speculative(s, st, scale_log2, kTau, kVoteBarrier + consumer)) {
+            // A row maximum moves: S again (this also waits for P V of the previous tile), then the usual path.
+            st = before;
+            wgmma_fence();
+            issue_qk<D_QK>(s, q_rows, k_tile(ring));
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(s);
+            softmax_tile<0>(s, st, scale_log2, kTau, factor);
+          }
         } else {
           softmax_tile<kPolyExp2Groups>(s, st, scale_log2, kTau, factor);
         }
@@ -651,6 +697,10 @@ static_assert(ZYFA_D_V == zyfa::kTileN, "the PV product is one 64x128 accumulato
 static_assert(ZYFA_D_QK % zyfa::kBoxCols == 0, "d_qk must be a multiple of 64");
 static_assert(ZYFA_Q_STAGES == 1 || ZYFA_Q_STAGES == 2, "one or two Q buffers");
 static_assert(ZYFA_VOTE_MAX == 0 || ZYFA_VOTE_MAX == 1, "ZYFA_VOTE_MAX is 0 or 1");
+static_assert(!ZYFA_SPECULATE || (ZYFA_PIN_SOFTMAX && ZYFA_OVERLAP && !ZYFA_DOUBLE_P && !ZYFA_LEAVE_OUT &&
+                                  ZYFA_POLY_EXP2_GROUPS == 0 && ZYFA_FMA_SCALE),
+              "ZYFA_SPECULATE needs the pinned, overlapped kernel with ex2 and the FMA x - m (the speculative "
+              "exponentials are softmax_tile's, held under P V)");
 static_assert(ZYFA_LEAVE_OUT >= 0 && ZYFA_LEAVE_OUT <= 2, "ZYFA_LEAVE_OUT: 0 nothing, 1 the exponentials, 2 the softmax");
 static_assert(!(ZYFA_CROSS_TILE && ZYFA_DOUBLE_P), "ZYFA_CROSS_TILE is written for one set of P fragments");
 static_assert(!ZYFA_DOUBLE_P || (ZYFA_OVERLAP && ZYFA_PIN_SOFTMAX),

@@ -14,7 +14,7 @@ wgmma groups that read shared memory until they complete (in issue order, at tim
 - a parity wait that falls two phases behind its barrier (parity could no longer tell the phases apart).
 
 It mirrors the code by hand: `produce`, `consume` and their options (STAGES, Q_STAGES, ping-pong, the pinned K
-release, ZYFA_CROSS_TILE) follow attention_fwd.cu and must be kept in step with it.
+release, ZYFA_CROSS_TILE, ZYFA_SPECULATE) follow attention_fwd.cu and must be kept in step with it.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ class Config:
     pinned: bool = False  # ZYFA_PIN_SOFTMAX: the K release moves to just before the P V wait
     cross_tile: bool = False  # ZYFA_CROSS_TILE
     q_stages: int = 1  # ZYFA_Q_STAGES
+    speculate: bool = False  # ZYFA_SPECULATE (with pinned, independent): S computed again where a maximum moves
 
 
 @dataclass
@@ -166,6 +167,9 @@ def consume(c: int, tiles, group: int, cfg: Config):
             yield "wait_group", c, 1
             if not cfg.pinned:
                 yield free(f"k_empty{ring.slot}")
+            if cfg.speculate and kt < tile and kt % 2:  # the slow path, here on odd key tiles: QK^T again
+                yield "issue", c, [[("Q", q_slot, ("Q", b, h, tile)), ("K", ring.slot, ("K", *kv, kt))]]
+                yield "wait_group", c, 0
             if kt == tile:
                 yield free(f"q_empty{q_slot}")
             if cfg.pinned:

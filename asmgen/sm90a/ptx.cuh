@@ -96,6 +96,17 @@ __device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threa
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Whether `pred` holds for any of the `threads` threads that reach named barrier `id`: a barrier with an OR
+// reduction, so every thread also waits for the others, as with bar.sync.
+__device__ __forceinline__ bool named_barrier_any(uint32_t id, uint32_t threads, bool pred) {
+  uint32_t any;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}"
+      : "=r"(any)
+      : "r"(static_cast<uint32_t>(pred)), "r"(id), "r"(threads));
+  return any != 0;
+}
+
 // ---- register reallocation between warpgroups ---------------------------------------------------------------------
 
 template <uint32_t Regs>

@@ -14,6 +14,9 @@ from zyfa.jobs import balanced_jobs, cta_tiles
 CONFIGS = [protocol.Config(stages, pingpong, pinned, cross_tile, q_stages)
            for stages, pingpong, pinned, cross_tile, q_stages in itertools.product((2, 3), (True, False), (False, True),
                                                                                    (False, True), (1, 2))]
+# ZYFA_SPECULATE exists for the pinned independent kernels
+CONFIGS += [protocol.Config(stages, False, True, cross_tile, q_stages, speculate=True)
+            for stages, cross_tile, q_stages in itertools.product((2, 3), (False, True), (1, 2))]
 # (batch, heads, heads_k, tiles, grid): few CTAs, so each walks many tiles of several jobs, with empty jobs and
 # single tiles in the tail, and tiles 0 (the diagonal alone) next to long ones
 TABLES = [(1, 4, 2, 6, 3), (2, 3, 3, 5, 4), (1, 8, 2, 4, 5)]
@@ -25,7 +28,8 @@ def tiles_of_every_cta(batch, heads, num_tiles, grid):
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"s{c.stages}-{'pp' if c.pingpong else 'ind'}"
-                         f"{'-pin' if c.pinned else ''}{'-cross' if c.cross_tile else ''}-q{c.q_stages}")
+                         f"{'-pin' if c.pinned else ''}{'-cross' if c.cross_tile else ''}-q{c.q_stages}"
+                         f"{'-spec' if c.speculate else ''}")
 def test_protocol_holds_under_random_interleavings(cfg):
     for batch, heads, heads_k, num_tiles, grid in TABLES:
         for tiles in tiles_of_every_cta(batch, heads, num_tiles, grid):
@@ -57,3 +61,4 @@ def test_model_catches_broken_protocols(monkeypatch, drop, message):
     with pytest.raises(protocol.ProtocolError, match=message):
         for seed in range(20):
             protocol.run(tiles, 2, protocol.Config(), seed)
+

@@ -21,7 +21,7 @@ variants_script = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(variants_script)
 
 
-PREPARED = ("cross_tile", "q2", "q2_cross_tile", "vote", "no_exp", "no_softmax")
+PREPARED = ("cross_tile", "q2", "q2_cross_tile", "vote", "speculate", "no_exp", "no_softmax")
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +41,11 @@ def by_suffix(kernels, suffix):
 def test_prepared_variants_build_without_local_memory(prepared):
     folder, kernels = prepared
     # every variant for both head dims and schedules, except that a second Q buffer fits only at d = 128
-    assert len(kernels) == 4 * 4 + 2 * 2
+    assert len(kernels) == 5 * 4 + 2 * 2
     assert {k["d_qk"] for k in by_suffix(kernels, "q2") + by_suffix(kernels, "q2_cross_tile")} == {128}
+    # the GPU check compares these bit for bit with the shipped kernels
+    assert {k["name"] for k in kernels if k["same_results_as_shipped"]} == \
+        {k["name"] for k in by_suffix(kernels, "vote") + by_suffix(kernels, "speculate")}
     for k in kernels:
         assert k["resources"]["local_bytes"] == 0 and k["resources"]["stack_bytes"] == 0
         assert k["shared_bytes"] <= sm90a.MAX_SHARED
@@ -115,3 +118,18 @@ def test_vote_skips_the_quad_reductions_behind_a_warp_vote(prepared):
         # the vote, then a branch around the four shuffles (two dependent levels, two rows)
         assert "BRA" in body[vote + 1]
         assert sum("SHFL.BFLY" in c for c in body[vote:]) == 4 and not any("SHFL" in c for c in body[:vote])
+
+
+def test_speculate_starts_the_exponentials_before_the_maxima_and_can_compute_s_again(prepared):
+    folder, kernels = prepared
+    for k in by_suffix(kernels, "speculate"):
+        code = sass.instructions(folder / k["file"])
+        base = sass.instructions(sass.OBJECTS / (k["name"].removesuffix("_speculate") + ".cubin"))
+        # one more QK^T: the slow path of the steady-state step
+        assert sum("HGMMA" in c for c in code) == sum("HGMMA" in c for c in base) + k["d_qk"] // 16
+        step = next(i for i, c in enumerate(code) if sass.S_WAIT in c)
+        vote = next(i for i in range(step, len(code)) if "BAR.RED.OR" in code[i])
+        fast = code[step:vote]
+        # exponentials start before the warpgroup's vote (ptxas places the vote among them: it needs the maxima
+        # only), and no quad reduction (shuffle) comes before the vote
+        assert sum("MUFU.EX2" in c for c in fast) >= 16 and not any("SHFL" in c for c in fast)
