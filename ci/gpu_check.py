@@ -27,7 +27,7 @@ from zyfa.backends import sm90a
 from zyfa_tools.reference import attention_fp64
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_common import bf16_ulps, print_items, rel_rms  # noqa: E402
+from gpu_common import bf16_ulps, print_items, rel_rms, watchdog  # noqa: E402
 
 HEAD_DIMS = ((128, 128), (192, 128))
 TAU = {128: 0.5, 192: 8.0}  # the kernels' rescale thresholds (manifest rescale_threshold)
@@ -47,6 +47,8 @@ WIDE_SHAPE = (1, 2048, 4, 2, "bshd")  # with inputs 20x wider, so the lazy resca
 STD = 0.1  # the benchmark protocol's Gaussian inputs
 # Kernel vs model: only exp2's last bits, FP32 summation order and O * (1/l) differ, so outputs agree to a BF16
 # unit (at the output's RMS scale) and the kernel's distance from the model is a small fraction of its error.
+# One call takes milliseconds (seconds under compute-sanitizer, which --small serves: no limit there).
+CALL_LIMIT_S = 120.0
 MAX_MODEL_ULPS = 2.0
 MAX_MODEL_DISTANCE = 0.1  # rel. RMS distance kernel - model, as a fraction of the model's rel. RMS error vs fp64
 MAX_FP64_ERROR = 1e-2  # relative RMS error of a BF16 attention against float64 (typically ~2e-3)
@@ -106,12 +108,19 @@ def references(shape, d_qk, d_v, scale_inputs):
     return (*model, *attention_fp64(qb, kb, vb, return_lse=True))
 
 
-def check_shape(shape, d_qk, d_v, *, scale_inputs=1.0, kernel=None):
+def check_shape(shape, d_qk, d_v, *, scale_inputs=1.0, kernel=None, limit_s=CALL_LIMIT_S):
     """Accuracy and determinism of the public call on one configuration, or of `kernel` (a variant) alone."""
     batch, seqlen, heads, heads_k, layout = shape
     q, k, v = inputs(batch, seqlen, heads, heads_k, d_qk, d_v, layout, std=STD * scale_inputs, seed=seqlen + heads)
     poison_allocator(4 * q.numel() + 8 * batch * heads * seqlen)
-    call = attn if kernel is None else lambda q, k, v, layout: run_kernel(kernel, q, k, v, layout)
+    run = attn if kernel is None else lambda q, k, v, layout: run_kernel(kernel, q, k, v, layout)
+
+    def call(q, k, v, layout):  # a kernel that never finishes ends the check, named, instead of hanging it
+        with watchdog(f"{kernel.name if kernel else 'flash_attn_func'} on {shape}", limit_s):
+            result = run(q, k, v, layout)
+            torch.cuda.synchronize()
+        return result
+
     out, lse = call(q, k, v, layout)
     model_out, model_lse, ref_out, ref_lse = references(shape, d_qk, d_v, scale_inputs)
     out_b = as_bshd(out, layout)
@@ -194,7 +203,8 @@ def main() -> int:
         report["accuracy"] = [check_shape(s, kern.d_qk, kern.d_v, kernel=kern, scale_inputs=wide)
                               for kern in variants for s, wide in cases]
     else:
-        report["accuracy"] = [check_shape(s, dq, dv) for dq, dv in HEAD_DIMS for s in shapes]
+        limit = None if args.small else CALL_LIMIT_S
+        report["accuracy"] = [check_shape(s, dq, dv, limit_s=limit) for dq, dv in HEAD_DIMS for s in shapes]
     if not args.small and not args.variants:
         # Wider scores make the lazy rescaling fire on many tiles.
         report["accuracy"] += [check_shape(WIDE_SHAPE, dq, dv, scale_inputs=20.0) for dq, dv in HEAD_DIMS]

@@ -130,10 +130,14 @@ def sustained_time_ms(fn, *, idle_s: float, warm_s: float, timed_s: float, repea
 
 
 @contextlib.contextmanager
-def watchdog(label: str, seconds: float):
-    """Ends the process (exit 3, naming `label`) if the body has not finished after `seconds`: a kernel that never
-    completes, e.g. a broken variant waiting on a barrier nobody arrives at, cannot be interrupted from Python, and
-    would otherwise hang the run until the machine's time limit with nothing reported."""
+def watchdog(label: str, seconds: float | None):
+    """Ends the process (exit 3, naming `label`) if the body has not finished after `seconds` (None: no limit): a
+    kernel that never completes, e.g. a broken variant waiting on a barrier nobody arrives at, cannot be interrupted
+    from Python, and would otherwise hang the run until the machine's time limit with nothing reported."""
+    if seconds is None:
+        yield
+        return
+
     def expire():
         print(f"watchdog: {label} did not finish within {seconds:.0f} s; stopping", file=sys.stderr, flush=True)
         os._exit(3)
