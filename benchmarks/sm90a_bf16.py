@@ -1,12 +1,13 @@
 """Benchmark of the sm90a BF16 kernels against cuDNN's and FlashAttention-2's SDPA in the same run (DESIGN.md's
 protocol, with fewer repetitions when asked: see --calls, --warmup, --rounds).
 
-Causal, batch 1, S in --seqlens, max(32, 262144/S) query heads, MHA and GQA 4:1, Gaussian q/k/v with std 0.1,
-throughput = B H S^2 (d_qk + d_v) / time, kernel-only device time (CUDA graph replays of `calls` calls after
-`warmup` calls), kernels in rotated order over `rounds` rounds, the median round reported. Also measured: the
-relative RMS error against float64 of ours and cuDNN's (on --error-heads heads), the dispatched kernel on the plain
-paired job table ("paired", to see what the balanced table gains), the shipped kernel of the other schedule, and the
-kernel variants (--variants DIR, a manifest of builds that leave a stage out: benchmarks/sm90a_variants.py).
+Causal, batch 1, S in --seqlens, max(32, 262144/S) query heads, MHA and GQA 4:1, Gaussian q/k/v with std 0.1 (or
+activation-like ones, --inputs activation), throughput = B H S^2 (d_qk + d_v) / time, kernel-only device time (CUDA
+graph replays of `calls` calls after `warmup` calls), kernels in rotated order over `rounds` rounds, the median round
+reported. Also measured: the relative RMS error against float64 of ours and cuDNN's (on --error-heads heads), the
+dispatched kernel on the plain paired job table ("paired", to see what the balanced table gains), the shipped kernel
+of the other schedule, and the kernel variants (--variants DIR, a manifest of builds that leave a stage out:
+benchmarks/sm90a_variants.py).
 Then the protocol's sustained-clock mode, ZYFA and cuDNN on activation-like inputs (zyfa_tools.inputs) at
 --sustained-seqlens, MHA: per repetition 2 s idle, 1 s of back-to-back calls, >= 3 s timed; median of 3.
 
@@ -45,6 +46,8 @@ SHORT_SEQLEN = 8192  # up to here every configuration gets --calls / --warmup ca
 MIN_CALLS = 8
 SUSTAINED = {"idle_s": 2.0, "warm_s": 1.0, "timed_s": 3.0, "repeats": 3}  # DESIGN.md's sustained-clock mode
 SUSTAINED_SEQLENS = (8192,)
+INPUTS = {"gaussian": f"Gaussian q, k, v with std {STD}",
+          "activation": "activation-like q, k, v (zyfa_tools.inputs.activation_like)"}
 FIRST_CALL_LIMIT_S = 30.0  # one call of any contender takes milliseconds; the watchdog ends a run that hangs
 
 
@@ -52,8 +55,11 @@ def heads_for(seqlen: int) -> int:
     return max(32, 262144 // seqlen)
 
 
-def make_inputs(seqlen, heads, heads_k, d_qk, d_v, seed=0):
+def make_inputs(seqlen, heads, heads_k, d_qk, d_v, kind="gaussian", seed=0):
     """(batch, heads, seqlen, dim) tensors: the SDPA layout; ZYFA takes them with layout="bhsd"."""
+    if kind == "activation":
+        return tuple(t.transpose(1, 2).to("cuda", torch.bfloat16).contiguous()
+                     for t in activation_like(1, seqlen, heads, heads_k, d_qk, d_v, seed=seed))
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = (torch.randn(1, heads, seqlen, d_qk, generator=g, device="cuda") * STD).to(torch.bfloat16)
     k = (torch.randn(1, heads_k, seqlen, d_qk, generator=g, device="cuda") * STD).to(torch.bfloat16)
@@ -105,7 +111,7 @@ def calls_for(seqlen: int, calls: int) -> int:
 
 
 def bench_config(seqlen, heads, heads_k, d_qk, d_v, args, variants):
-    q, k, v = make_inputs(seqlen, heads, heads_k, d_qk, d_v)
+    q, k, v = make_inputs(seqlen, heads, heads_k, d_qk, d_v, args.inputs)
     runs = contenders(q, k, v, variants)
     flops = causal_flops(1, heads, seqlen, d_qk, d_v)
     calls, warmup = calls_for(seqlen, args.calls), calls_for(seqlen, args.warmup)
@@ -162,6 +168,10 @@ def main() -> int:
     ap.add_argument("--variants", help="folder with a manifest.json of kernel variants to time as well")
     ap.add_argument("--sustained-seqlens", type=int, nargs="*", default=list(SUSTAINED_SEQLENS),
                     help="S of the sustained-clock runs on activation-like inputs (none: skip them)")
+    ap.add_argument("--inputs", choices=("gaussian", "activation"), default="gaussian",
+                    help="q/k/v of the main table: the protocol's Gaussians (std 0.1), or activation-like ones "
+                         "(zyfa_tools.inputs: an attention sink, local structure; where the row maxima settle in the "
+                         "first key tile, as with real models)")
     ap.add_argument("--quick-sustained", action="store_true",
                     help="a tenth of the sustained-clock durations, one repetition (a rehearsal, not the protocol)")
     args = ap.parse_args()
@@ -178,7 +188,7 @@ def main() -> int:
         "device": torch.cuda.get_device_name(), "torch": torch.__version__,
         "cudnn": torch.backends.cudnn.version(), "zyfa": zyfa.__version__,
         "protocol": {"calls": args.calls, "warmup": args.warmup, "rounds": args.rounds, "idle_s": args.idle,
-                     "sustained": sustained_protocol},
+                     "inputs": args.inputs, "sustained": sustained_protocol},
         "rows": rows,  # filled as configurations are measured
         "sustained": sustained,
     }
@@ -220,7 +230,8 @@ def markdown(report) -> str:
         f"graph replays), median of {p['rounds']} rounds in rotated order; up to S = {SHORT_SEQLEN} {p['calls']} "
         f"timed calls after {p['warmup']} warm-up calls, fewer beyond (S^2 scaling, at least {MIN_CALLS}); "
         f"{p['idle_s']} s idle before S >= {LONG_SEQLEN}. TFLOP/s = B H S^2 (d_qk + d_v) / time; peak "
-        f"{PEAK_TFLOPS:.0f}. Errors: relative RMS vs float64 on the first query heads (S <= 8K).",
+        f"{PEAK_TFLOPS:.0f}. Inputs: {INPUTS[p.get('inputs', 'gaussian')]}. Errors: relative RMS vs float64 on the "
+        f"first query heads (S <= 8K).",
         "",
         "| d_qk/d_v | S | heads q/kv | zyfa | cuDNN | FA2 | zyfa / cuDNN | % of peak | other schedule | "
         "err zyfa | err cuDNN |",
