@@ -256,6 +256,19 @@ __device__ __forceinline__ constexpr bool poly_group(int g) {
   return (g * POLY_GROUPS) % kScoreGroups < POLY_GROUPS;
 }
 
+// This lane's partial maxima of its two rows over a tile's scores, as four independent chains per row (a short
+// dependency chain; max is exact in any order).
+__device__ __forceinline__ void partial_maxima(const float (&s)[64], float (&local)[2]) {
+  constexpr int kChains = 4;
+  float mx[2][kChains];
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) mx[0][c] = mx[1][c] = -CUDART_INF_F;
+#pragma unroll
+  for (int r = 0; r < 64; ++r) mx[acc_half(r)][(r / 4) % kChains] = fmaxf(mx[acc_half(r)][(r / 4) % kChains], s[r]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) local[h] = fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]));
+}
+
 // Scores of one key tile -> probabilities in place; returns per-row factors for O (1 where m did not move).
 // POLY_GROUPS > 0 only where no score is -inf (off the diagonal tile): exp2_poly clamps its input.
 template <int POLY_GROUPS>
@@ -265,16 +278,8 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float
     factor[0] = factor[1] = 1.0f;
     return;
   }
-  // Row maxima as four independent chains per row (a short dependency chain; max is exact in any order).
-  constexpr int kChains = 4;
-  float mx[2][kChains];
-#pragma unroll
-  for (int c = 0; c < kChains; ++c) mx[0][c] = mx[1][c] = -CUDART_INF_F;
-#pragma unroll
-  for (int r = 0; r < 64; ++r) mx[acc_half(r)][(r / 4) % kChains] = fmaxf(mx[acc_half(r)][(r / 4) % kChains], s[r]);
-  float local[2];  // this lane's partial row maxima
-#pragma unroll
-  for (int h = 0; h < 2; ++h) local[h] = fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]));
+  float local[2];
+  partial_maxima(s, local);
   factor[0] = factor[1] = 1.0f;
   // c > 0, so the maximum of the scaled scores is the scaled maximum, with the same rounding, and a row's maximum
   // exceeds m + tau exactly when one of its quad's partial maxima does (ZYFA_VOTE_MAX).
@@ -313,21 +318,16 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float
 // unusable and the caller computes S again and runs softmax_tile.
 __device__ __forceinline__ bool softmax_tile_speculative(float (&s)[64], RowState& st, float scale_log2, float tau,
                                                          uint32_t vote_barrier) {
-  constexpr int kChains = 4;
-  float mx[2][kChains];
-#pragma unroll
-  for (int c = 0; c < kChains; ++c) mx[0][c] = mx[1][c] = -CUDART_INF_F;
+  float local[2];
+  partial_maxima(s, local);  // of the scores, before the loop below overwrites them (ptxas interleaves the two)
 #pragma unroll
   for (int r = 0; r < 64; ++r) {
     const int h = acc_half(r);
-    mx[h][(r / 4) % kChains] = fmaxf(mx[h][(r / 4) % kChains], s[r]);
     s[r] = ex2(fmaf(s[r], scale_log2, -st.m[h]));
     st.l[h] += s[r];
   }
-  bool moves = false;
-#pragma unroll
-  for (int h = 0; h < 2; ++h)  // as in softmax_tile: a partial maximum above m + tau moves its row
-    moves |= fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3])) * scale_log2 > st.m[h] + tau;
+  // as in softmax_tile: a partial maximum above m + tau moves its row
+  const bool moves = local[0] * scale_log2 > st.m[0] + tau || local[1] * scale_log2 > st.m[1] + tau;
   return named_barrier_any(vote_barrier, kThreadsPerWarpgroup, moves);
 }
 
