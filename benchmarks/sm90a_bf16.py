@@ -194,6 +194,7 @@ def main() -> int:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    save(out, report)  # then again after every measurement: a run cut short keeps what it measured
     for d_qk, d_v in HEAD_DIMS:
         if d_qk not in wanted:
             continue
@@ -210,7 +211,6 @@ def main() -> int:
             sustained.append(sustained_config(seqlen, d_qk, d_v, sustained_protocol))
             print(json.dumps(sustained[-1]), file=sys.stderr, flush=True)
             save(out, report)
-    save(out, report)
     print_table(rows)
     return 0
 

@@ -61,4 +61,3 @@ def test_model_catches_broken_protocols(monkeypatch, drop, message):
     with pytest.raises(protocol.ProtocolError, match=message):
         for seed in range(20):
             protocol.run(tiles, 2, protocol.Config(), seed)
-

@@ -38,6 +38,15 @@ def by_suffix(kernels, suffix):
     return [k for k in kernels if k["name"].endswith(f"_{suffix}")]
 
 
+def shipped_code(variant: dict, suffix: str) -> list[str]:
+    """SASS of the shipped kernel a variant was built from."""
+    return sass.instructions(sass.OBJECTS / f"{variant['name'].removesuffix('_' + suffix)}.cubin")
+
+
+def count(code: list[str], op: str) -> int:
+    return sum(op in c for c in code)
+
+
 def test_prepared_variants_build_without_local_memory(prepared):
     folder, kernels = prepared
     # every variant for both head dims and schedules, except that a second Q buffer fits only at d = 128
@@ -62,18 +71,15 @@ def test_second_q_buffer_is_in_the_layout(prepared):
 
 def test_leave_out_variants_drop_what_they_name(prepared):
     folder, kernels = prepared
-    shipped = {e["name"]: sass.instructions(sass.OBJECTS / e["file"]) for e in sm90a.KERNELS}
     for k in by_suffix(kernels, "no_exp"):
-        code = sass.instructions(folder / k["file"])
-        base = shipped[k["name"].removesuffix("_no_exp")]
+        code, base = sass.instructions(folder / k["file"]), shipped_code(k, "no_exp")
         # only the rescale factors' exponentials are left; the GEMMs are the shipped kernel's
-        assert sum("MUFU.EX2" in c for c in code) <= 8 < sum("MUFU.EX2" in c for c in base)
-        assert sum("HGMMA" in c for c in code) == sum("HGMMA" in c for c in base)
+        assert count(code, "MUFU.EX2") <= 8 < count(base, "MUFU.EX2")
+        assert count(code, "HGMMA") == count(base, "HGMMA")
     for k in by_suffix(kernels, "no_softmax"):
-        code = sass.instructions(folder / k["file"])
-        assert not any("MUFU.EX2" in c or "FMNMX" in c for c in code)
-        base = shipped[k["name"].removesuffix("_no_softmax")]
-        assert sum("HGMMA" in c for c in code) == sum("HGMMA" in c for c in base)
+        code, base = sass.instructions(folder / k["file"]), shipped_code(k, "no_softmax")
+        assert count(code, "MUFU.EX2") == count(code, "FMNMX") == 0
+        assert count(code, "HGMMA") == count(base, "HGMMA")
 
 
 def test_cross_tile_adds_one_merged_step_with_the_softmax_under_p_v(prepared):
@@ -82,7 +88,7 @@ def test_cross_tile_adds_one_merged_step_with_the_softmax_under_p_v(prepared):
         code = sass.instructions(folder / k["file"])
         gemms_per_step = k["d_qk"] // 16 + 128 // 16  # QK^T k-steps + P V k-steps
         shipped = 3 * gemms_per_step  # first QK^T, the steady step and the diagonal step, the last P V
-        assert sum("HGMMA" in c for c in code) == shipped + gemms_per_step
+        assert count(code, "HGMMA") == shipped + gemms_per_step
         steady, diagonal, merged = sass.steps(code)
         # the next tile's 64 exponentials (and the two rows' rescale factors) run under this tile's last P V
         assert merged.exponentials == 66
@@ -117,19 +123,18 @@ def test_vote_skips_the_quad_reductions_behind_a_warp_vote(prepared):
         vote = next(i for i, c in enumerate(body) if "VOTE.ANY" in c)
         # the vote, then a branch around the four shuffles (two dependent levels, two rows)
         assert "BRA" in body[vote + 1]
-        assert sum("SHFL.BFLY" in c for c in body[vote:]) == 4 and not any("SHFL" in c for c in body[:vote])
+        assert count(body[vote:], "SHFL.BFLY") == 4 and count(body[:vote], "SHFL") == 0
 
 
 def test_speculate_starts_the_exponentials_before_the_maxima_and_can_compute_s_again(prepared):
     folder, kernels = prepared
     for k in by_suffix(kernels, "speculate"):
-        code = sass.instructions(folder / k["file"])
-        base = sass.instructions(sass.OBJECTS / (k["name"].removesuffix("_speculate") + ".cubin"))
+        code, base = sass.instructions(folder / k["file"]), shipped_code(k, "speculate")
         # one more QK^T: the slow path of the steady-state step
-        assert sum("HGMMA" in c for c in code) == sum("HGMMA" in c for c in base) + k["d_qk"] // 16
+        assert count(code, "HGMMA") == count(base, "HGMMA") + k["d_qk"] // 16
         step = next(i for i, c in enumerate(code) if sass.S_WAIT in c)
         vote = next(i for i in range(step, len(code)) if "BAR.RED.OR" in code[i])
         fast = code[step:vote]
         # exponentials start before the warpgroup's vote (ptxas places the vote among them: it needs the maxima
         # only), and no quad reduction (shuffle) comes before the vote
-        assert sum("MUFU.EX2" in c for c in fast) >= 16 and not any("SHFL" in c for c in fast)
+        assert count(fast, "MUFU.EX2") >= 16 and count(fast, "SHFL") == 0
