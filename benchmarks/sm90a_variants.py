@@ -53,6 +53,7 @@ VARIANTS = {
     "q2": {"q_stages": 2},
     "q2_cross_tile": {"q_stages": 2, "cross_tile": True},
     "vote": {"vote_max": True},
+    "no_vote": {"vote_max": False},
     "speculate": {"speculate": True, "pin_softmax": True, "desc_add": True},  # needs the pinned softmax
     # for timing only, results are wrong (ci/gpu_check.py --variants fails them): what the exponentials, and the
     # whole softmax, cost
@@ -61,7 +62,7 @@ VARIANTS = {
 }
 # Variants whose outputs must equal the shipped kernels' bit for bit: their manifest entries say so, and
 # ci/gpu_check.py --variants then compares them with every shipped kernel of their head dims.
-SAME_RESULTS = ("vote", "speculate")
+SAME_RESULTS = ("vote", "no_vote", "speculate")
 # Keys of a variant that change the kernel's shared-memory layout (manifest fields) rather than a build keyword;
 # such variants exist only where the layout fits (a third K/V slot or a second Q buffer: d = 128 only).
 LAYOUT_KEYS = ("stages", "q_stages")
@@ -78,8 +79,11 @@ def variants_of(kernel: dict, names) -> list[tuple[str, dict, dict]]:
         entry = {**kernel, **{key: flags[key] for key in LAYOUT_KEYS if key in flags}}
         entry["shared_bytes"] = sm90a.dynamic_shared_bytes(
             entry["d_qk"], entry["d_v"], entry["stages"], entry["q_stages"]) + sm90a.RESERVED_SHARED
+        build = {key: value for key, value in flags.items() if key not in LAYOUT_KEYS}
+        if sm90a.defines(entry, **build) == sm90a.defines(kernel):
+            continue  # the shipped kernel itself (e.g. vote where the kernel already votes)
         if entry["shared_bytes"] <= sm90a.MAX_SHARED:
-            out.append((suffix, entry, {key: value for key, value in flags.items() if key not in LAYOUT_KEYS}))
+            out.append((suffix, entry, build))
     return out
 
 

@@ -138,26 +138,32 @@ CROSS_TILE = False
 # Whether P fragments are double-buffered so their BF16 packing runs ahead of the P V wait (ZYFA_DOUBLE_P): off in
 # the shipped kernels (measured no faster than pinning alone); a variant of benchmarks/sm90a_variants.py.
 DOUBLE_P = False
-# Whether the quad reductions of a tile's row maxima are skipped when a warp vote finds no partial maximum above
-# m + tau (ZYFA_VOTE_MAX; the results are bitwise the same): off in the shipped kernels until measured, a variant.
-VOTE_MAX = False
+# Kernels (d_qk, schedule) whose tile row maxima skip their quad reductions when a warp vote finds no partial maximum
+# above m + tau (ZYFA_VOTE_MAX; the results are bitwise the same). Measured on the H200 (docs/sm90a.md, "Voting on
+# the row maxima"), means of three runs for the d = 128 independent kernel: +1-3% from S = 16K, +1% at 8K, -1% to
+# -2% at 4K; at d_qk = 192 -3% to +1% from 8K, and at 2K -3% to -5%.
+VOTE_MAX_KERNELS = {(128, "independent")}
 # Whether the steady-state steps start the exponentials before the tile's row maxima are known, recomputing S when
-# a maximum moves (ZYFA_SPECULATE; bitwise the same results): off in the shipped kernels until measured, a variant.
+# a maximum moves (ZYFA_SPECULATE; bitwise the same results): off in the shipped kernels, measured -3.5% to +1%
+# (docs/sm90a.md); a variant of benchmarks/sm90a_variants.py.
 SPECULATE = False
 
 
 def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None, fma_scale: bool = True,
             poly_exp2_groups: int = POLY_EXP2_GROUPS, pin_softmax: bool | None = None,
             double_p: bool = DOUBLE_P, desc_add: bool | None = None, wait_hint: int = WAIT_HINT,
-            cross_tile: bool = CROSS_TILE, vote_max: bool = VOTE_MAX, speculate: bool = SPECULATE,
+            cross_tile: bool = CROSS_TILE, vote_max: bool | None = None, speculate: bool = SPECULATE,
             leave_out: int = 0) -> list[str]:
     """Preprocessor configuration of one kernel; the keywords give the variants the benchmark compares (pingpong,
-    pin_softmax and desc_add default to the kernel's schedule; leave_out > 0 only for timing: results are wrong)."""
+    pin_softmax, desc_add and vote_max default to the kernel's head dim and schedule; leave_out > 0 only for timing:
+    results are wrong)."""
     if pingpong is None:
         pingpong = kernel["schedule"] == "pingpong"
     pinned = kernel["schedule"] in PINNED_SCHEDULES
     pin_softmax = pinned if pin_softmax is None else pin_softmax
     desc_add = pinned if desc_add is None else desc_add
+    if vote_max is None:
+        vote_max = (kernel["d_qk"], kernel["schedule"]) in VOTE_MAX_KERNELS
     return [
         f"-DZYFA_KERNEL={kernel['symbol']}",
         f"-DZYFA_D_QK={kernel['d_qk']}",

@@ -1,5 +1,5 @@
-"""The sm90a kernel variants the benchmark measures still compile for sm_90a without spills, and the ones prepared
-for the next GPU run have the structure their docs claim (docs/sm90a.md). Needs nvcc and cuobjdump, like
+"""The sm90a kernel variants the benchmark measures still compile for sm_90a without spills, and the last ones
+measured have the structure their docs claim (docs/sm90a.md). Needs nvcc and cuobjdump, like
 `python -m asmgen.build --check`."""
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ variants_script = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(variants_script)
 
 
-PREPARED = ("cross_tile", "q2", "q2_cross_tile", "vote", "speculate", "no_exp", "no_softmax")
+PREPARED = ("cross_tile", "q2", "q2_cross_tile", "vote", "no_vote", "speculate", "no_exp", "no_softmax")
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    """The variants of docs/sm90a.md, "Prepared for the next run", and the last ones measured, built as the
-    benchmark builds them."""
+    """The variants docs/sm90a.md measured last, built as the benchmark builds them."""
     folder = tmp_path_factory.mktemp("variants")
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sm90a_variants.py"), str(folder), "--only",
                     *PREPARED, "--schedules", "pingpong", "independent"], check=True, capture_output=True)
@@ -35,7 +34,9 @@ def prepared(tmp_path_factory):
 
 
 def by_suffix(kernels, suffix):
-    return [k for k in kernels if k["name"].endswith(f"_{suffix}")]
+    """The variants named <shipped kernel>_<suffix> (so "vote" does not also match "no_vote")."""
+    shipped = {entry["name"] for entry in sm90a.KERNELS}
+    return [k for k in kernels if k["name"].endswith(f"_{suffix}") and k["name"].removesuffix(f"_{suffix}") in shipped]
 
 
 def shipped_code(variant: dict, suffix: str) -> list[str]:
@@ -49,12 +50,15 @@ def count(code: list[str], op: str) -> int:
 
 def test_prepared_variants_build_without_local_memory(prepared):
     folder, kernels = prepared
-    # every variant for both head dims and schedules, except that a second Q buffer fits only at d = 128
-    assert len(kernels) == 5 * 4 + 2 * 2
+    # every variant for both head dims and schedules, except that a second Q buffer fits only at d = 128, and
+    # vote / no_vote only where they differ from the shipped kernel (which votes in VOTE_MAX_KERNELS)
+    assert len(kernels) == 4 * 4 + 2 * 2 + 4
     assert {k["d_qk"] for k in by_suffix(kernels, "q2") + by_suffix(kernels, "q2_cross_tile")} == {128}
+    assert {(k["d_qk"], k["schedule"]) for k in by_suffix(kernels, "no_vote")} == sm90a.VOTE_MAX_KERNELS
+    assert len(by_suffix(kernels, "vote")) == 4 - len(sm90a.VOTE_MAX_KERNELS)
     # the GPU check compares these bit for bit with the shipped kernels
     assert {k["name"] for k in kernels if k["same_results_as_shipped"]} == \
-        {k["name"] for k in by_suffix(kernels, "vote") + by_suffix(kernels, "speculate")}
+        {k["name"] for suffix in ("vote", "no_vote", "speculate") for k in by_suffix(kernels, suffix)}
     for k in kernels:
         assert k["resources"]["local_bytes"] == 0 and k["resources"]["stack_bytes"] == 0
         assert k["shared_bytes"] <= sm90a.MAX_SHARED
@@ -111,12 +115,16 @@ def test_shipped_kernels_take_the_measured_choices():
         pinned = entry["schedule"] in sm90a.PINNED_SCHEDULES
         assert f"-DZYFA_PIN_SOFTMAX={int(pinned)}" in flags and f"-DZYFA_DESC_ADD={int(pinned)}" in flags
         assert "-DZYFA_CROSS_TILE=0" in flags and "-DZYFA_WAIT_HINT=0" in flags and "-DZYFA_DOUBLE_P=0" in flags
+        votes = (entry["d_qk"], entry["schedule"]) in sm90a.VOTE_MAX_KERNELS
+        assert f"-DZYFA_VOTE_MAX={int(votes)}" in flags and "-DZYFA_SPECULATE=0" in flags
+        assert (count(sass.instructions(sass.OBJECTS / entry["file"]), "VOTE.ANY") > 0) == votes
 
 
 def test_vote_skips_the_quad_reductions_behind_a_warp_vote(prepared):
     folder, kernels = prepared
-    for k in by_suffix(kernels, "vote"):
-        code = sass.instructions(folder / k["file"])
+    voting = [sass.OBJECTS / e["file"] for e in sm90a.KERNELS if (e["d_qk"], e["schedule"]) in sm90a.VOTE_MAX_KERNELS]
+    for path in voting + [folder / k["file"] for k in by_suffix(kernels, "vote")]:
+        code = sass.instructions(path)
         step = next(i for i, c in enumerate(code) if sass.S_WAIT in c)
         first_exp = next(i for i in range(step, len(code)) if "MUFU.EX2" in code[i])
         body = code[step:first_exp]
