@@ -149,8 +149,7 @@ def bench_config(seqlen, heads, heads_k, d_qk, d_v, args, variants):
 def sustained_config(seqlen, d_qk, d_v, protocol: dict) -> dict:
     """Sustained-clock throughput of ZYFA and cuDNN on activation-like inputs (MHA, the protocol's heads)."""
     heads = heads_for(seqlen)
-    q, k, v = (t.transpose(1, 2).to("cuda", torch.bfloat16).contiguous()  # (batch, heads, seqlen, dim)
-               for t in activation_like(1, seqlen, heads, heads, d_qk, d_v))
+    q, k, v = make_inputs(seqlen, heads, heads, d_qk, d_v, "activation")
     runs = {"zyfa": lambda: zyfa.flash_attn_func(q, k, v, causal=True, layout="bhsd"),
             "cudnn": lambda: sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v)}
     flops = causal_flops(1, heads, seqlen, d_qk, d_v)

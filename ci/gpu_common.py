@@ -7,6 +7,7 @@ import math
 import os
 import sys
 import threading
+import time
 
 import torch
 
@@ -109,8 +110,6 @@ def timed_ms(fn, calls: int, warmup: int) -> tuple[float, str]:
 def sustained_time_ms(fn, *, idle_s: float, warm_s: float, timed_s: float, repeats: int, sleep=None) -> list[float]:
     """Sustained-clock timing: per repetition `idle_s` idle, `warm_s` of back-to-back calls, then batches of calls
     until at least `timed_s` of device time; returns the mean time of one call of each repetition."""
-    import time
-
     sleep = time.sleep if sleep is None else sleep
     results = []
     for _ in range(repeats):
