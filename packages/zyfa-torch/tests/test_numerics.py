@@ -43,8 +43,11 @@ def _e4m3_decode(code: int) -> float:
     return mantissa * 2.0**-9 if exponent == 0 else (1 + mantissa / 8) * 2.0 ** (exponent - 7)
 
 
-def scalar_attention(q, k, v, *, scale, p_mode, block_scale, rowsum, tau, tile, block, descales=None, p_shift=0):
-    """Returns out (float, BF16-valued), lse, and the extremes of e and of the lean codes that occurred."""
+def scalar_attention(q, k, v, *, scale, p_mode, block_scale, rowsum, tau, tile, block, p_shift, descales=None):
+    """The contract, written out per row and key: FP8 P = e4m3 of 2^y with y = (x - m) + e + p_shift (or lean
+    P's code rne(8y + 56)), l sums the rounded (or FP32) P, lse = ln 2 (m - p_shift + log2 l).
+
+    Returns out (float, BF16-valued), lse, and the extremes of e, y and the lean codes that occurred."""
     b_, s_, h_, _ = q.shape
     hk, dv = k.shape[2], v.shape[3]
     qd, kd, vd = descales if descales is not None else [torch.ones(b_, hk)] * 3
@@ -56,7 +59,8 @@ def scalar_attention(q, k, v, *, scale, p_mode, block_scale, rowsum, tau, tile, 
     for b in range(b_):
         for h in range(h_):
             g = h // (h_ // hk)
-            c = f32(f32(f32(scale / math.log(2)) * f32(qd[b, g].item())) * f32(kd[b, g].item()))
+            # kernels take softmax_scale as an FP32 argument
+            c = f32(f32(f32(float(f32(scale)) / math.log(2)) * f32(qd[b, g].item())) * f32(kd[b, g].item()))
             for i in range(s_):
                 m, l, o = None, f32(0), [f32(0)] * dv
                 for t0 in range(0, i + 1, tile):
@@ -80,20 +84,21 @@ def scalar_attention(q, k, v, *, scale, p_mode, block_scale, rowsum, tau, tile, 
                         mb = max(x[j] for j in bkeys)
                         e = math.floor(f32(m - mb)) if block_scale else 0
                         seen["e_min"], seen["e_max"] = min(seen["e_min"], e), max(seen["e_max"], e)
-                        y = {j: f32(f32(x[j] - m) + f32(e)) for j in bkeys}
-                        seen["y_max"] = max(seen["y_max"], *y.values())
+                        # t = (x - m) + e in FP32; the offset is exact in the operation that follows
+                        t = {j: f32(f32(x[j] - m) + f32(e)) for j in bkeys}
+                        seen["y_max"] = max(seen["y_max"], *(float(t[j]) + p_shift for j in bkeys))
                         if p_mode == "lean":
-                            codes = {j: max(0, int(np.rint(f32(f32(8 * y[j]) + f32(56 + 8 * p_shift))))) for j in bkeys}
+                            codes = {j: max(0, int(np.rint(f32(f32(8 * t[j]) + f32(56 + 8 * p_shift))))) for j in bkeys}
                             seen["code_max"] = max(seen["code_max"], *codes.values())
                             seen["subnormal_codes"] += sum(0 < cd < 8 for cd in codes.values())
                             p8 = {j: _e4m3_decode(codes[j]) for j in bkeys}
                         else:
-                            p8 = {j: _e4m3_round(f32(2.0 ** float(y[j])) * 2.0**p_shift) for j in bkeys}
+                            p8 = {j: _e4m3_round(f32(2.0 ** float(t[j])) * 2.0**p_shift) for j in bkeys}
                         w = 2.0**-e
                         if rowsum == "rounded":
                             rs = f32(math.fsum(p8.values()))
                         else:
-                            rs = f32(math.fsum(f32(2.0 ** float(y[j])) * 2.0**p_shift for j in bkeys))
+                            rs = f32(math.fsum(f32(2.0 ** float(t[j])) * 2.0**p_shift for j in bkeys))
                         l = f32(l + f32(w * rs))
                         o = [f32(o[d] + f32(w * f32(math.fsum(p8[j] * vs[b][j][g][d] for j in bkeys))))
                              for d in range(dv)]
@@ -115,19 +120,21 @@ def _inputs(dtype, *, seqlen=72, heads=2, heads_k=1, d_qk=16, d_v=8, sharpness=3
 
 
 SCALAR_CASES = [
-    # p_mode, block_scale, rowsum
-    ("bf16", True, "fp32"),
-    ("bf16", True, "rounded"),
-    ("lean", True, "rounded"),
-    ("lean", False, "fp32"),
-    ("exact", True, "rounded"),
-    ("exact", False, "rounded"),
-    ("exact", True, "fp32"),
+    # p_mode, block_scale, rowsum, p_shift: the contract (exact, lean) and the peers' switches
+    ("bf16", False, "fp32", 0),
+    ("bf16", False, "rounded", 0),
+    ("exact", True, "rounded", 8),
+    ("lean", True, "rounded", 8),
+    ("lean", False, "fp32", 8),
+    ("exact", False, "rounded", 8),
+    ("exact", True, "fp32", 8),
+    ("exact", False, "fp32", 0),  # AITER-like
+    ("lean", True, "rounded", 0),  # the previous contract's lean P
 ]
 
 
-@pytest.mark.parametrize("p_mode,block_scale,rowsum", SCALAR_CASES)
-def test_model_equals_scalar_implementation(p_mode, block_scale, rowsum):
+@pytest.mark.parametrize("p_mode,block_scale,rowsum,p_shift", SCALAR_CASES)
+def test_model_equals_scalar_implementation(p_mode, block_scale, rowsum, p_shift):
     dtype = torch.bfloat16 if p_mode == "bf16" else FP8
     q, k, v = _inputs(dtype)
     tau = 0.125 if dtype == FP8 else 0.5
@@ -136,26 +143,44 @@ def test_model_equals_scalar_implementation(p_mode, block_scale, rowsum):
     if dtype == FP8:
         descales = [torch.tensor([[0.7]]), torch.tensor([[1.3]]), torch.tensor([[0.25]])]
         kwargs = dict(zip(("q_descale", "k_descale", "v_descale"), descales, strict=True))
+        kwargs.update(block_scale=block_scale, p_shift=p_shift, scale_block=16)
     scale = 0.3
-    out, lse = numerics.attention(q, k, v, softmax_scale=scale, p_mode=p_mode, block_scale=block_scale,
-                                  rowsum=rowsum, rescale_threshold=tau, key_tile=32, scale_block=16,
-                                  return_lse=True, **kwargs)
+    out, lse = numerics.attention(q, k, v, softmax_scale=scale, p_mode=p_mode, rowsum=rowsum, rescale_threshold=tau,
+                                  key_tile=32, return_lse=True, **kwargs)
     want_out, want_lse, seen = scalar_attention(q, k, v, scale=scale, p_mode=p_mode, block_scale=block_scale,
-                                                rowsum=rowsum, tau=tau, tile=32, block=16, descales=descales)
+                                                rowsum=rowsum, tau=tau, tile=32, block=16 if dtype == FP8 else 32,
+                                                p_shift=p_shift, descales=descales)
     assert seen["rescales"] > 0  # the inputs exercise lazy rescaling
     if dtype == FP8 and block_scale:
         assert seen["e_max"] >= 2 and seen["e_min"] == -1  # blocks far below the max, and the tau headroom used
-        assert -1 < seen["y_max"] <= 0  # so 2^y <= 1: exact P never needs saturation
+        assert p_shift - 1 < seen["y_max"] <= p_shift  # so 2^y <= 2^p_shift: P never needs saturation
     np.testing.assert_array_equal(out.float().numpy(), want_out)
     np.testing.assert_array_equal(lse.numpy(), want_lse.astype(np.float32))
 
 
-def test_model_equals_scalar_implementation_with_p_shift_and_partial_tile():
-    q, k, v = _inputs(FP8, seqlen=50, heads=3, heads_k=3)
-    out, lse = numerics.attention(q, k, v, p_mode="lean", key_tile=32, scale_block=16, p_shift=8, return_lse=True)
-    want_out, want_lse, seen = scalar_attention(q, k, v, scale=0.25, p_mode="lean", block_scale=True,
-                                                rowsum="rounded", tau=0.125, tile=32, block=16, p_shift=8)
-    assert seen["code_max"] > 56
+def _gqa_inputs(d_qk, d_v, heads, heads_k, seed, seqlen=144):
+    """Contract-sized problems (tiles of 128, blocks of 64): a strong key 0 and a ladder of stronger keys."""
+    q, k, v = _inputs(FP8, seqlen=seqlen, heads=heads, heads_k=heads_k, d_qk=d_qk, d_v=d_v, sharpness=0.6,
+                      seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    descales = [torch.rand(1, heads_k, generator=gen) + 0.5 for _ in range(3)]  # random per kv head
+    return q, k, v, descales
+
+
+@pytest.mark.parametrize("dims,heads", [((128, 128), (4, 2)), ((192, 128), (2, 1))], ids=["d128", "d192_128"])
+@pytest.mark.parametrize("p_mode", [None, "lean"], ids=["default", "lean"])
+def test_model_with_contract_defaults_equals_scalar_implementation(p_mode, dims, heads):
+    """No numerics options but p_mode: the contract's defaults (exact P, p_shift 8, tau 0.125, tiles of 128 keys,
+    blocks of 64, rounded row sum), bit for bit, with GQA, per-kv-head descales and a partial last tile."""
+    q, k, v, descales = _gqa_inputs(*dims, *heads, seed=sum(dims))
+    kwargs = dict(zip(("q_descale", "k_descale", "v_descale"), descales, strict=True))
+    out, lse = numerics.attention(q, k, v, p_mode=p_mode, return_lse=True, **kwargs)
+    want_out, want_lse, seen = scalar_attention(q, k, v, scale=dims[0] ** -0.5, p_mode=p_mode or "exact",
+                                                block_scale=True, rowsum="rounded", tau=0.125, tile=128, block=64,
+                                                p_shift=8, descales=descales)
+    assert seen["rescales"] > 0 and seen["e_max"] >= 1 and 7 < seen["y_max"] <= 8
+    if p_mode == "lean":
+        assert seen["code_max"] == 120
     np.testing.assert_array_equal(out.float().numpy(), want_out)
     np.testing.assert_array_equal(lse.numpy(), want_lse.astype(np.float32))
 
@@ -164,35 +189,43 @@ def test_model_equals_scalar_implementation_with_p_shift_and_partial_tile():
 # The contract's promises.
 
 
+@pytest.mark.parametrize("p_shift", [0, 8])
 @pytest.mark.parametrize("tau", [0.125, 0.5])
-def test_block_scaling_keeps_codes_at_most_one_and_e_at_least_minus_one(tau):
+def test_block_scaling_bounds_codes_and_e(tau, p_shift):
     q, k, v = _inputs(FP8, seqlen=96, heads=2, heads_k=2, seed=3)
     _, _, seen = scalar_attention(q, k, v, scale=0.25, p_mode="lean", block_scale=True, rowsum="rounded",
-                                  tau=tau, tile=32, block=16)
-    assert seen["code_max"] == 56 and seen["e_min"] == -1 and seen["subnormal_codes"] > 0
-    # Without block scaling the lazily kept maximum lets codes pass 1.0: the bound is block scaling's doing.
+                                  tau=tau, tile=32, block=16, p_shift=p_shift)
+    assert seen["code_max"] == 56 + 8 * p_shift and seen["e_min"] == -1
+    # Without block scaling the lazily kept maximum lets codes pass 2^p_shift: the bound is block scaling's doing.
     _, _, seen = scalar_attention(q, k, v, scale=0.25, p_mode="lean", block_scale=False, rowsum="rounded",
-                                  tau=0.5, tile=32, block=16)
-    assert seen["code_max"] > 56
+                                  tau=0.5, tile=32, block=16, p_shift=p_shift)
+    assert seen["code_max"] > 56 + 8 * p_shift
 
 
-def test_lean_codes_formula_including_ties():
-    y = torch.cat([torch.arange(-80, 9, dtype=torch.float32) / 16,  # every half-code tie in range
-                   -torch.rand(2000, generator=torch.Generator().manual_seed(1)) * 9,
+@pytest.mark.parametrize("p_shift", [0, 8])
+def test_lean_codes_formula_including_ties(p_shift):
+    t = torch.cat([torch.arange(-80, 9, dtype=torch.float32) / 16,  # every half-code tie in range
+                   -torch.rand(2000, generator=torch.Generator().manual_seed(1)) * 17,
                    torch.tensor([-math.inf, -100.0])])
-    codes = numerics.lean_codes(y)
-    want = [max(0, round(8 * float(t) + 56)) if math.isfinite(t) else 0 for t in y.tolist()]
+    codes = numerics.lean_codes(t, p_shift)
+    want = [max(0, round(8 * (float(x) + p_shift) + 56)) if math.isfinite(x) else 0 for x in t.tolist()]
     assert codes.tolist() == want  # round() is half to even, as rne
-    assert numerics.lean_p(torch.tensor([0.0, -1.0, -6.0, -7.0 + 1 / 8, -7.0])).tolist() == [
-        1.0, 0.5, 2.0**-6, 2.0**-9, 0.0]
 
 
-def test_exact_p_rounds_to_nearest_even_without_saturation():
-    y = torch.cat([-torch.rand(3000, generator=torch.Generator().manual_seed(2)) * 12, torch.tensor([0.0])])
-    p32 = torch.exp2(y.double()).float()
-    want = [_e4m3_round(float(p)) for p in p32.tolist()]
-    assert numerics.exact_p(y).tolist() == want
-    assert numerics.exact_p(torch.tensor([0.0])).item() == 1.0
+def test_lean_p_values_with_the_offset():
+    # y = t + 8: code 120 is 2^8, one binade is 8 codes, code 8 is e4m3's smallest normal, codes 1..7 subnormals.
+    t = torch.tensor([0.0, -1.0, -14.0, -15.0 + 1 / 8, -15.0])
+    assert numerics.lean_p(t).tolist() == [256.0, 128.0, 2.0**-6, 2.0**-9, 0.0]
+    assert numerics.lean_codes(t).tolist() == numerics.lean_codes(t, numerics.FP8_P_SHIFT).tolist()
+
+
+@pytest.mark.parametrize("p_shift", [0, 8])
+def test_exact_p_rounds_to_nearest_even_without_saturation(p_shift):
+    t = torch.cat([-torch.rand(3000, generator=torch.Generator().manual_seed(2)) * 20, torch.tensor([0.0])])
+    p32 = torch.exp2(t.double()).float()
+    want = [_e4m3_round(float(p) * 2.0**p_shift) for p in p32.tolist()]
+    assert numerics.exact_p(t, p_shift).tolist() == want
+    assert numerics.exact_p(torch.tensor([0.0]), p_shift).item() == 2.0**p_shift
 
 
 @pytest.mark.parametrize("p_mode", ["lean", "exact"])
@@ -211,7 +244,7 @@ def test_rounded_rowsum_makes_every_row_a_convex_combination(p_mode):
 
 
 def _probabilities_sum(q, k, scale, p_mode):
-    """One key tile over all keys (no rescaling): sum_b 2^-e_b sum_j P8_bj with m the row max, in float64."""
+    """One key tile over all keys (no rescaling): sum_b 2^-e_b sum_j P8_bj (P8 2^8 larger) with m the row max."""
     x = torch.einsum("bihd,bjhd->bhij", q.double(), k.double()).float() * f32(scale / math.log(2))
     seqlen = x.shape[-1]
     x = x.masked_fill(torch.ones(seqlen, seqlen, dtype=torch.bool).triu(1), -math.inf)
@@ -228,7 +261,7 @@ def test_lse_is_log_of_rounded_probabilities_sum(p_mode):
     q, k, v = _inputs(FP8, seqlen=256, heads=2, heads_k=2, d_qk=32, d_v=16, seed=5)
     _, lse = numerics.attention(q, k, v, p_mode=p_mode, softmax_scale=0.3, key_tile=256, return_lse=True)
     m, rounded_sum, x = _probabilities_sum(q, k, 0.3, p_mode)
-    want = math.log(2) * (m + torch.log2(rounded_sum))
+    want = math.log(2) * (m - 8 + torch.log2(rounded_sum))  # the offset of P comes off again
     torch.testing.assert_close(lse.double(), want, rtol=0, atol=2e-6)
     true_lse = math.log(2) * torch.logsumexp(x.double() * math.log(2), dim=-1) / math.log(2)
     assert (lse.double() - true_lse).abs().max() > 1e-3  # lse follows the rounded sum, not the exact one
@@ -310,11 +343,87 @@ def test_query_chunking_does_not_change_results(monkeypatch):
 # Defaults, errors and the reference backend.
 
 
-def test_defaults_follow_the_kernels():
-    assert numerics.resolve_config(FP8, 128) == numerics.Config("lean", True, "rounded", 0.125, 128, 64, 0)
-    assert numerics.resolve_config(FP8, 192).p_mode == "exact"
-    assert numerics.resolve_config(torch.bfloat16, 128) == numerics.Config("bf16", True, "fp32", 0.5, 128, 64, 0)
+def test_defaults_are_the_contracts():
+    exact = numerics.Config("exact", True, "rounded", 0.125, 128, 64, 8)
+    assert numerics.resolve_config(FP8, 128) == numerics.resolve_config(FP8, 192) == exact
+    lean = numerics.Config("lean", True, "rounded", 0.125, 128, 64, 8)
+    assert numerics.resolve_config(FP8, 128, p_mode="lean") == lean
+    assert numerics.resolve_config(torch.bfloat16, 128) == numerics.Config("bf16", False, "fp32", 0.5, 128, 128, 0)
     assert numerics.resolve_config(torch.bfloat16, 192).rescale_threshold == 8.0
+
+
+def test_peers_numerics_can_be_expressed():
+    fa3 = numerics.resolve_config(FP8, 128, block_scale=False, rowsum="fp32", rescale_threshold=0)
+    assert fa3 == numerics.Config("exact", False, "fp32", 0, 128, 64, 8)
+    aiter = numerics.resolve_config(FP8, 128, block_scale=False, rowsum="fp32", p_shift=0)
+    assert aiter == numerics.Config("exact", False, "fp32", 0.125, 128, 64, 0)
+
+
+FP8_ENTRY = {"name": "fp8_d128", "dtype": "fp8e4m3", "d_qk": 128, "d_v": 128, "p_mode": "lean", "p_shift": 8,
+             "rescale_threshold": 0.125, "scale_block": 64, "rowsum": "rounded", "tile_m": 256, "tile_n": 64}
+BF16_ENTRY = {"name": "bf16_d128", "dtype": "bf16", "d_qk": 128, "d_v": 128, "p_mode": "bf16", "p_shift": 0,
+              "rescale_threshold": 0.5, "scale_block": None, "rowsum": "fp32", "tile_m": 128, "tile_n": 128}
+
+
+def test_config_from_kernel_maps_the_manifest_fields():
+    assert numerics.config_from_kernel(FP8_ENTRY) == numerics.Config("lean", True, "rounded", 0.125, 64, 64, 8)
+    assert numerics.config_from_kernel(FP8_ENTRY) == numerics.resolve_config(FP8, 128, p_mode="lean", key_tile=64)
+    assert numerics.config_from_kernel(BF16_ENTRY) == numerics.resolve_config(torch.bfloat16, 128)
+    unscaled = numerics.config_from_kernel({**FP8_ENTRY, "p_mode": "exact", "scale_block": None})
+    assert unscaled == numerics.Config("exact", False, "rounded", 0.125, 64, 64, 8)
+    q, k, v = _inputs(FP8, seqlen=100, heads=2, heads_k=2)
+    by_config = numerics.attention(q, k, v, config=numerics.config_from_kernel(FP8_ENTRY), return_lse=True)
+    by_options = numerics.attention(q, k, v, p_mode="lean", key_tile=64, return_lse=True)
+    assert all(torch.equal(a, b) for a, b in zip(by_config, by_options, strict=True))
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"p_shift": None}, "p_shift must be an int"),
+    ({"rowsum": "kahan"}, "rowsum must be one of"),
+    ({"tile_n": 0}, "tile_n must be a positive int"),
+    ({"scale_block": 48}, "scale_block must be null or a positive int dividing tile_n=64"),
+    ({"dtype": "bf16"}, "p_mode 'lean' does not fit dtype 'bf16'"),
+    ({"dtype": "fp16"}, "dtype must be one of"),
+    ({"p_shift": 9}, "below e4m3's largest value 448"),
+    ({"p_mode": "fast"}, "p_mode must be one of"),
+])
+def test_config_from_kernel_names_bad_fields(change, match):
+    with pytest.raises(ValueError, match=match) as info:
+        numerics.config_from_kernel({**FP8_ENTRY, **change})
+    assert "kernel entry 'fp8_d128'" in str(info.value)
+
+
+def test_config_from_kernel_names_missing_fields_and_bad_input():
+    entry = {k: v for k, v in FP8_ENTRY.items() if k not in ("rowsum", "tile_n")}
+    with pytest.raises(ValueError, match="kernel entry 'fp8_d128' lacks the numerics field.s. rowsum, tile_n"):
+        numerics.config_from_kernel(entry)
+    with pytest.raises(TypeError, match="fields must be a mapping"):
+        numerics.config_from_kernel(["p_mode"])
+    with pytest.raises(ValueError, match="p_shift, block_scale and scale_block apply to FP8"):
+        numerics.config_from_kernel({**BF16_ENTRY, "p_shift": 8})
+
+
+def test_p_range_guard():
+    # With block scaling P8 <= 2^p_shift; without it P8 reaches 2^(p_shift + tau) before m is raised.
+    numerics.resolve_config(FP8, 128, block_scale=False, rescale_threshold=0.5)  # 2^8.5 = 362 rounds to 352
+    with pytest.raises(ValueError, match="p_shift . rescale_threshold must be at most 8.682"):
+        numerics.resolve_config(FP8, 128, block_scale=False, rescale_threshold=0.75)  # 2^8.75 = 431 -> 448
+    with pytest.raises(ValueError, match="p_shift must be at most 8.682"):
+        numerics.resolve_config(FP8, 128, p_shift=9)
+    assert numerics.MAX_P_EXPONENT == pytest.approx(math.log2(448) - 1 / 8)
+    worst = torch.tensor([numerics.MAX_P_EXPONENT - 8])
+    assert numerics.lean_p(worst).item() < 448 and numerics.exact_p(worst).item() < 448
+
+
+def test_config_and_options_do_not_mix():
+    q, k, v = _inputs(FP8, seqlen=16, heads=2, heads_k=2)
+    cfg = numerics.resolve_config(FP8, 16)
+    with pytest.raises(ValueError, match="either config or the numerics options"):
+        numerics.attention(q, k, v, config=cfg, p_mode="lean")
+    with pytest.raises(ValueError, match="does not fit torch.bfloat16 inputs"):
+        numerics.attention(q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), config=cfg)
+    with pytest.raises(TypeError, match="config must be a zyfa.numerics.Config"):
+        numerics.attention(q, k, v, config={"p_mode": "exact"})
 
 
 @pytest.mark.parametrize("change,error,match", [
@@ -324,7 +433,9 @@ def test_defaults_follow_the_kernels():
     ({"scale_block": 48}, ValueError, "scale_block"),
     ({"key_tile": 0}, ValueError, "key_tile"),
     ({"rescale_threshold": -1.0}, ValueError, "rescale_threshold"),
-    ({"p_shift": 9}, ValueError, "e4m3's range"),
+    ({"p_shift": 9}, ValueError, "e4m3's largest value"),
+    ({"p_shift": -1}, ValueError, "p_shift must be an int >= 0"),
+    ({"block_scale": 1}, ValueError, "block_scale must be True or False"),
     ({"q_descale": torch.ones(3)}, ValueError, "q_descale"),
     ({"k_descale": torch.ones(1, 2, dtype=torch.float64)}, TypeError, "k_descale must be float32"),
     ({"v_descale": -1.0}, ValueError, "v_descale must hold positive"),
