@@ -24,7 +24,7 @@ import torch
 
 from . import contenders, protocol, report
 from .protocol import Sustained
-from .run import Options, run
+from .runner import Options, run
 
 EPILOG = """\
 Contenders: zyfa (the configurations of zyfa_kernels.manifest for this GPU's target; the reference path on the

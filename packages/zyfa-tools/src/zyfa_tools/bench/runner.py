@@ -37,9 +37,9 @@ class Options:
 class Progress:
     """A progress bar on stderr (one line per step where stderr is not a terminal)."""
 
-    def __init__(self, total: int, stream=sys.stderr, width: int = 30):
-        self.total, self.done, self.stream, self.width = total, 0, stream, width
-        self.tty = stream.isatty()
+    def __init__(self, total: int, stream=None, width: int = 30):
+        self.total, self.done, self.stream, self.width = total, 0, stream or sys.stderr, width
+        self.tty = self.stream.isatty()
 
     def step(self, label: str) -> None:
         self.done += 1
