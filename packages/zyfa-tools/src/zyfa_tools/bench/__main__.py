@@ -129,7 +129,10 @@ def main(argv=None) -> int:
     print("\n".join(report.header(results)))
     print()
     print(report.table(results))
-    print(f"\nwrote {opts.out}/bench.json, bench.csv, bench.md" + (" and plots" if opts.plots else ""))
+    plots = sorted(p.name for p in opts.out.glob("*.png")) if opts.plots else []
+    if opts.plots and not plots:
+        plots = ["no plots: matplotlib is not installed"]
+    print(f"\nwrote {opts.out}/: bench.json, bench.csv, bench.md, {', '.join(plots) or 'no plots (--no-plots)'}")
     return 0
 
 

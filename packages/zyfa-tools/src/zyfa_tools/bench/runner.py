@@ -82,7 +82,7 @@ def measure(config: Config, opts: Options, clock: Clock) -> tuple[list[dict], li
                 ms, methods[contender.name] = clock.kernel_ms(contender.call, opts.calls, opts.warmup)
                 kernel[contender.name].append(ms)
                 eager[contender.name].append(clock.eager_ms(contender.call, opts.calls))
-            except RuntimeError as failure:
+            except Exception as failure:  # a peer's own error types: reported, the run goes on
                 skipped.append(Skip(contender.name, f"failed while timed: {str(failure).splitlines()[0][:200]}"))
                 del kernel[contender.name], eager[contender.name]
     rows = []
