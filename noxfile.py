@@ -100,7 +100,14 @@ def wheels(session: nox.Session) -> None:
         session.run("auditwheel", "show", *(str(w) for w in dist.glob(f"zyfa_kernels-*{_abi_tag(built)}*.whl")))
     for package in PACKAGES[1:]:
         session.run("python", "-m", "build", "--wheel", "--outdir", str(dist), package)
-    _install_check(session, dist, _abi_tag(built))
+    abi = _abi_tag(built)
+    _install_check(session, dist, abi, "python")
+    if abi.endswith("abi3"):  # the one wheel serves every later CPython: check it on those found here
+        for later in PYTHONS[PYTHONS.index(session.python) + 1:]:
+            if shutil.which(f"python{later}"):
+                _install_check(session, dist, abi, f"python{later}")
+            else:
+                session.log(f"python{later} is not on PATH: the abi3 wheel is not checked on it here")
 
 
 def _abi_tag(wheel: Path) -> str:
@@ -108,17 +115,19 @@ def _abi_tag(wheel: Path) -> str:
     return "-".join(wheel.name.split("-")[2:4])
 
 
-def _install_check(session: nox.Session, dist: Path, abi: str) -> None:
-    """Install the wheels into a fresh virtualenv (no source tree on its path) and run the installed-wheel check
-    from an empty folder: imports, licences, the code objects' hashes, the loader extension, and (where torch
-    installs) a CPU reference call against float64."""
+def _install_check(session: nox.Session, dist: Path, abi: str, interpreter: str) -> None:
+    """Install the wheels into a fresh virtualenv of `interpreter` (no source tree on its path) and run the
+    installed-wheel check from an empty folder: imports, licences, the code objects' hashes, the loader extension,
+    and (where torch installs) a CPU reference call against float64."""
     (kernels,) = dist.glob(f"zyfa_kernels-*-{abi}-*.whl")
     with tempfile.TemporaryDirectory() as tmp:
         venv = Path(tmp) / "venv"
-        session.run("python", "-m", "venv", str(venv))
+        session.run(interpreter, "-m", "venv", str(venv), external=True)
         python = str(venv / "bin" / "python")
         session.run(python, "-m", "pip", "install", "-q", str(kernels), external=True)
-        with_torch = session.python == "3.11"  # the CPython whose torch build this project's CI has on disk
+        version = session.run(python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])", silent=True,
+                              external=True).strip().splitlines()[-1]
+        with_torch = version == "3.11"  # the CPython whose torch build this project's CI has on disk
         if with_torch:
             pure = [str(w) for name in ("zyfa_torch", "zyfa_tools") for w in dist.glob(f"{name}-*.whl")]
             session.run(python, "-m", "pip", "install", "-q", TORCH_CPU, *pure, external=True)

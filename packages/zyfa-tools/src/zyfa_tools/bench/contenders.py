@@ -204,8 +204,7 @@ def prepare_all(config: Config, x: Inputs, device: torch.device, error=None, onl
     """([Contender], [Skip]): ZYFA and the peers for one configuration (`only`: names to keep) and the skips with
     their reasons. Each contender is called once, and error(output) (None: no error measurement) is its error; a
     peer whose preparation or first call fails is a skip that quotes the exception."""
-    target = target_of(device)
-    makers = [("zyfa", lambda c, i: zyfa_contender(c, i, target))] + peers(device)
+    makers = [("zyfa", lambda c, i: zyfa_contender(c, i, target_of(device)))] + peers(device)
     ready, skipped = [], []
     for name, make in makers:
         if only and name not in only:
