@@ -137,3 +137,29 @@ def test_help_teaches_and_bad_arguments_say_why(capsys):
     with pytest.raises(SystemExit):
         cli.parse(["--device", "cpu", "--calls", "0"])
     assert "--calls must be at least 1" in capsys.readouterr().err
+
+
+def test_fa3_gets_the_shared_inputs_and_descales_per_kv_head(monkeypatch):
+    import sys
+    import types
+    from importlib.machinery import ModuleSpec
+
+    from zyfa_tools.bench.protocol import make_inputs
+
+    seen = {}
+
+    def flash_attn_func(q, k, v, causal=False, **descales):
+        seen.update(descales, q=q, causal=causal)
+        return torch.zeros(*q.shape[:3], v.shape[-1], dtype=torch.bfloat16)
+
+    fake = types.ModuleType("fa3_fwd_interface")
+    fake.__spec__ = ModuleSpec("fa3_fwd_interface", None)
+    fake.flash_attn_func = flash_attn_func
+    monkeypatch.setitem(sys.modules, "fa3_fwd_interface", fake)
+    config = Config("fp8", 128, 128, 128, 8, 2)
+    x = make_inputs(config, torch.device("cpu"))
+    made = contenders._fa3(config, x)
+    out = made.decode(made.call())
+    assert seen["q"] is x.q and seen["causal"] and out.shape == (1, 128, 8, 128) and out.dtype == torch.float32
+    for name in ("q_descale", "k_descale", "v_descale"):
+        assert seen[name].shape == (1, 2) and torch.equal(seen[name][0], x.descales[name].expand(2))
