@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -78,8 +79,53 @@ def test_sustained_mode_idles_warms_and_repeats():
 
 def test_zyfa_without_a_kernel_is_a_skip_with_the_reason():
     config = Config("fp8", 256, 256, 4096, 32, 32)
-    made = contenders.zyfa_contender(config, None, "sm90a")
+    (made,) = contenders.zyfa_contenders(config, None, "sm90a")
     assert isinstance(made, Skip) and "no sm90a kernel for fp8 d 256/256" in made.reason
+
+
+def test_each_p_mode_of_the_manifest_is_a_zyfa_contender(monkeypatch):
+    import zyfa
+
+    def entry(name, p_mode, default):
+        return SimpleNamespace(name=name, p_mode=p_mode, fields={"p_mode_default": default})
+
+    monkeypatch.setattr(contenders, "zyfa_kernels_for", lambda config, target: [
+        entry("lean_a", "lean", True), entry("exact_a", "exact", False), entry("exact_b", "exact", False)])
+    calls = []
+
+    def flash_attn_func(q, k, v, causal=False, *, p_mode=None, **descales):
+        calls.append(p_mode)
+        return q
+
+    monkeypatch.setattr(zyfa, "flash_attn_func", flash_attn_func)
+    made = contenders.zyfa_contenders(Config("fp8", 128, 128, 4096, 32, 32), SimpleNamespace(
+        q=1, k=2, v=3, descales={}), "sm90a")
+    assert [(c.name, c.note) for c in made] == [("zyfa", "lean_a"), ("zyfa-exact", "exact_a, exact_b")]
+    for contender in made:
+        contender.call()
+    assert calls == [None, "exact"]
+    monkeypatch.setattr(zyfa, "flash_attn_func", lambda q, k, v, causal=False, **descales: q)
+    made = contenders.zyfa_contenders(Config("fp8", 128, 128, 4096, 32, 32), None, "sm90a")
+    assert isinstance(made[1], Skip) and "no p_mode keyword" in made[1].reason
+
+
+def test_a_failing_peer_is_a_skip_and_the_others_still_run(monkeypatch):
+    def raises(config, x):
+        raise RuntimeError("no kernel image for this shape\nmore detail")
+
+    def call_fails(config, x):
+        return Contender("late", lambda: (_ for _ in ()).throw(ValueError()), lambda out: out)
+
+    def works(config, x):
+        return Contender("good", lambda: torch.ones(1), lambda out: out)
+
+    monkeypatch.setattr(contenders, "peers", lambda device: [("bad", raises), ("late", call_fails),
+                                                             ("good", works)])
+    ready, skipped = contenders.prepare_all(None, None, torch.device("cpu"), error=lambda out: 0.5,
+                                            only=["bad", "late", "good"])
+    assert [(c.name, c.error) for c in ready] == [("good", 0.5)]
+    assert [(s.name, s.reason) for s in skipped] == [("bad", "RuntimeError: no kernel image for this shape"),
+                                                      ("late", "ValueError: ")]
 
 
 def test_zyfa_configurations_come_from_the_manifest():

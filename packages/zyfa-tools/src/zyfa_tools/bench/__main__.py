@@ -27,10 +27,11 @@ from .protocol import Sustained
 from .runner import Options, run
 
 EPILOG = """\
-Contenders: zyfa (the configurations of zyfa_kernels.manifest for this GPU's target; the reference path on the
-CPU) and, where installed, fa3 (flash_attn_interface or fa3_fwd_interface; FP8 descales of shape (batch, heads_k)),
-cudnn-fp8 (nvidia-cudnn-frontend's sdpa_fp8 graph, FP8 output), sdpa-cudnn / sdpa-flash / sdpa-efficient (torch
-SDPA with one backend, BF16), flashinfer (BF16) and, on ROCm, aiter. Every contender gets the same inputs (FP8:
+Contenders: zyfa (the configurations of zyfa_kernels.manifest for this GPU's target, the call without p_mode, and
+zyfa-<p_mode> for every other p_mode the manifest serves; the reference path on the CPU) and, where installed,
+fa3 (flash_attn_interface or fa3_fwd_interface; FP8 descales of shape (batch, heads_k)), cudnn-fp8
+(nvidia-cudnn-frontend's sdpa_fp8 graph, FP8 output), sdpa-cudnn / sdpa-flash / sdpa-efficient (torch SDPA with
+one backend, BF16), flashinfer (BF16) and, on ROCm, aiter. Every contender gets the same inputs (FP8:
 zyfa.fp8_quantize, one power-of-two descale per tensor) and its error against float64 is reported beside its speed.
 What cannot run is listed under "Not measured" with the reason (not installed, no kernel in the manifest, a dtype
 or shape the peer declines, the peer's own error message).

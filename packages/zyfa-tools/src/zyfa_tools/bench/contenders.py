@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,17 +65,34 @@ def _bshd_float(out) -> torch.Tensor:
     return (out[0] if isinstance(out, tuple) else out).float()
 
 
-def zyfa_contender(config: Config, x: Inputs, target: str) -> Contender | Skip:
+def _default_p_mode(kernels) -> str:
+    """The p_mode a call without p_mode gets: the entry marked p_mode_default, else the only one."""
+    marked = {k.p_mode for k in kernels if k.fields.get("p_mode_default")}
+    return (marked or {k.p_mode for k in kernels}).pop()
+
+
+def zyfa_contenders(config: Config, x: Inputs, target: str) -> list[Contender | Skip]:
+    """"zyfa": the call without p_mode, and for FP8 one "zyfa-<p_mode>" per other p_mode the manifest serves."""
     if target == "reference":
-        note = "reference path (the numerics model)"
-    else:
-        kernels = zyfa_kernels_for(config, target)
-        if not kernels:
-            return Skip("zyfa", f"no {target} kernel for {config.dtype} d {config.d_qk}/{config.d_v} at S = "
-                                f"{config.seqlen} in the manifest")
-        note = ", ".join(k.name for k in kernels)
-    return Contender("zyfa", lambda: zyfa.flash_attn_func(x.q, x.k, x.v, causal=True, **x.descales), _bshd_float,
-                     note)
+        return [Contender("zyfa", lambda: zyfa.flash_attn_func(x.q, x.k, x.v, causal=True, **x.descales),
+                          _bshd_float, "reference path (the numerics model)")]
+    kernels = zyfa_kernels_for(config, target)
+    if not kernels:
+        return [Skip("zyfa", f"no {target} kernel for {config.dtype} d {config.d_qk}/{config.d_v} at S = "
+                             f"{config.seqlen} in the manifest")]
+    default = _default_p_mode(kernels)
+    made = [Contender("zyfa", lambda: zyfa.flash_attn_func(x.q, x.k, x.v, causal=True, **x.descales), _bshd_float,
+                      ", ".join(k.name for k in kernels if k.p_mode == default))]
+    takes_p_mode = "p_mode" in inspect.signature(zyfa.flash_attn_func).parameters
+    for p_mode in sorted({k.p_mode for k in kernels} - {default}):
+        name = f"zyfa-{p_mode}"
+        if not takes_p_mode:
+            made.append(Skip(name, "this zyfa.flash_attn_func has no p_mode keyword"))
+            continue
+        made.append(Contender(name, lambda p_mode=p_mode: zyfa.flash_attn_func(
+            x.q, x.k, x.v, causal=True, p_mode=p_mode, **x.descales), _bshd_float,
+            ", ".join(k.name for k in kernels if k.p_mode == p_mode)))
+    return made
 
 
 def _sdpa(backend_name_: str, device: torch.device):
@@ -204,23 +222,33 @@ def prepare_all(config: Config, x: Inputs, device: torch.device, error=None, onl
     """([Contender], [Skip]): ZYFA and the peers for one configuration (`only`: names to keep) and the skips with
     their reasons. Each contender is called once, and error(output) (None: no error measurement) is its error; a
     peer whose preparation or first call fails is a skip that quotes the exception."""
-    makers = [("zyfa", lambda c, i: zyfa_contender(c, i, target_of(device)))] + peers(device)
+    makers = [("zyfa", lambda c, i: zyfa_contenders(c, i, target_of(device)))] + peers(device)
     ready, skipped = [], []
     for name, make in makers:
         if only and name not in only:
             continue
         try:
             made = make(config, x)
-            if isinstance(made, Contender):
-                output = made.decode(made.call())  # a peer that declines the shape says so here
-                made.error = error(output) if error else None
+        except Exception as failure:  # a peer's own error types (cudnn, flashinfer): reported as a skip
+            skipped.append(_skip(name, failure))
+            continue
+        for item in made if isinstance(made, list) else [made]:
+            if isinstance(item, Skip):
+                skipped.append(item)
+                continue
+            try:
+                output = item.decode(item.call())  # a peer that declines the shape says so here
+                item.error = error(output) if error else None
                 del output
-                ready.append(made)
-            else:
-                skipped.append(made)
-        except Exception as error:  # a peer's own error types (cudnn, flashinfer): reported as a skip
-            skipped.append(Skip(name, f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"))
+                ready.append(item)
+            except Exception as failure:
+                skipped.append(_skip(item.name, failure))
     return ready, skipped
+
+
+def _skip(name: str, failure: Exception) -> Skip:
+    first_line = (str(failure).strip().splitlines() or [""])[0]
+    return Skip(name, f"{type(failure).__name__}: {first_line[:200]}")
 
 
 def names(device: torch.device) -> list[str]:
