@@ -15,6 +15,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..cuda_tools import nvcc
+
 SOURCE_DIR = Path(__file__).resolve().parent
 SOURCE = SOURCE_DIR / "attention_fwd.cu"
 
@@ -185,13 +187,6 @@ def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None,
         f"-DZYFA_SPECULATE={int(speculate)}",
         f"-DZYFA_LEAVE_OUT={int(leave_out)}",
     ]
-
-
-def nvcc() -> str:
-    path = os.environ.get("NVCC") or shutil.which("nvcc")
-    if not path:
-        raise RuntimeError("sm90a build needs nvcc (CUDA 13.0) on PATH or in env NVCC")
-    return path
 
 
 def build(kernel: dict, path: Path, **variant) -> None:
