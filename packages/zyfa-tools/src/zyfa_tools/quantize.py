@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import dataclass
 from functools import partial
 
@@ -154,9 +155,16 @@ def fp8_attention(q, k, v, recipe: Recipe = DEFAULT_RECIPE, *, softmax_scale=Non
     return flash_attn_func(q8, k8, v8, softmax_scale=softmax_scale, causal=True, **descales)
 
 
-def _median_ms(fn, repeat: int) -> float:
+def _median_ms(fn, repeat: int, device: str) -> float:
     for _ in range(3):
         fn()
+    if device == "cpu":  # for checking the script: CPU times of the reference path mean nothing for a GPU
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e3)
+        return sorted(times)[repeat // 2]
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     for start, end in zip(starts, ends, strict=True):
@@ -168,17 +176,17 @@ def _median_ms(fn, repeat: int) -> float:
 
 
 def time_preparation(seqlen: int, *, batch=1, heads=32, heads_k=8, d_qk=128, d_v=None, repeat=50,
-                     mode: str | None = None) -> dict:
+                     mode: str | None = None, device: str = "cuda") -> dict:
     """Median GPU times (ms) of the FP8 attention call and of preparing its inputs from BF16, per call and
     static, compiled (torch.compile `mode`) and eager; the compiled results are compared with the eager ones."""
     global _compiled
     from .calibration import Calibrator
 
     d_v = d_qk if d_v is None else d_v
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(batch, seqlen, heads, d_qk, device="cuda", generator=gen).bfloat16()
-    k = torch.randn(batch, seqlen, heads_k, d_qk, device="cuda", generator=gen).bfloat16() + 2.0
-    v = torch.randn(batch, seqlen, heads_k, d_v, device="cuda", generator=gen).bfloat16()
+    gen = torch.Generator(device=device).manual_seed(0)
+    q = torch.randn(batch, seqlen, heads, d_qk, device=device, generator=gen).bfloat16()
+    k = torch.randn(batch, seqlen, heads_k, d_qk, device=device, generator=gen).bfloat16() + 2.0
+    v = torch.randn(batch, seqlen, heads_k, d_v, device=device, generator=gen).bfloat16()
     calibrator = Calibrator(DEFAULT_RECIPE)
     calibrator.observe(0, q, k, v)
     static = calibrator.scales()[0]
@@ -187,12 +195,13 @@ def time_preparation(seqlen: int, *, batch=1, heads=32, heads_k=8, d_qk=128, d_v
     result = {"seqlen": seqlen, "batch": batch, "heads": heads, "heads_k": heads_k, "d_qk": d_qk, "d_v": d_v,
               "compile_mode": mode or "default"}
     q8, k8, v8, descales = prepare(q, k, v, compile=True)
-    result["attention_fp8_ms"] = _median_ms(lambda: flash_attn_func(q8, k8, v8, causal=True, **descales), repeat)
-    result["attention_bf16_ms"] = _median_ms(lambda: flash_attn_func(q, k, v, causal=True), repeat)
+    timed = partial(_median_ms, repeat=repeat, device=device)
+    result["attention_fp8_ms"] = timed(lambda: flash_attn_func(q8, k8, v8, causal=True, **descales))
+    result["attention_bf16_ms"] = timed(lambda: flash_attn_func(q, k, v, causal=True))
     for name, layer_scales in (("per_call", None), ("static", static)):
         for compiled in (True, False):
             key = f"prepare_{name}_{'compiled' if compiled else 'eager'}_ms"
-            result[key] = _median_ms(partial(prepare, q, k, v, layer_scales=layer_scales, compile=compiled), repeat)
+            result[key] = timed(partial(prepare, q, k, v, layer_scales=layer_scales, compile=compiled))
         a = prepare(q, k, v, layer_scales=layer_scales, compile=True)
         b = prepare(q, k, v, layer_scales=layer_scales, compile=False)
         result[f"prepare_{name}_mismatch_fraction"] = max(
@@ -228,22 +237,25 @@ def main(argv=None) -> int:
     parser.add_argument("--mode", nargs="+", default=["default", "max-autotune-no-cudagraphs"],
                         help="torch.compile modes to time (default: both of these)")
     parser.add_argument("--json", metavar="PATH", help="also write all results to PATH")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                        help="cpu only checks the script on small shapes: its times say nothing about a GPU")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("no CUDA GPU: the timing needs one (the CPU runs the reference path)", file=sys.stderr)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA GPU: the timing needs one (--device cpu only checks the script)", file=sys.stderr)
         return 2
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", file=sys.stderr)
+    name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    print(f"torch {torch.__version__}, {name}", file=sys.stderr)
     results = []
     for mode in args.mode:
         for seqlen in args.seqlen:
             r = time_preparation(seqlen, batch=args.batch, heads=args.heads, heads_k=args.heads_k, d_qk=args.d_qk,
-                                 d_v=args.d_v, repeat=args.repeat, mode=None if mode == "default" else mode)
+                                 d_v=args.d_v, repeat=args.repeat, mode=None if mode == "default" else mode,
+                                 device=args.device)
             results.append(r)
             print(json.dumps(r), flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "results": results}, f,
-                      indent=1)
+            json.dump({"torch": torch.__version__, "device": name, "results": results}, f, indent=1)
     return 0
 
 
