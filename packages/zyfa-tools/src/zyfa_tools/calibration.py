@@ -143,3 +143,16 @@ class Calibrator:
                 k_amax = torch.maximum(st["k_max"].abs(), st["k_min"].abs()).amax(dim=-1)
             layers[i] = LayerScales(st["q_amax"].cpu(), k_amax.cpu(), st["v_amax"].cpu(), mean.cpu(), self.recipe)
         return StaticScales(self.recipe, layers)
+
+
+def calibrate(model, batches, recipe: Recipe = DEFAULT_RECIPE) -> StaticScales:
+    """Static scales of a transformers model from its attention inputs on `batches` (token id tensors)."""
+    from . import hf
+    from .progress import progress
+
+    calibrator = Calibrator(recipe)
+    batches = list(batches)
+    with torch.no_grad(), hf.observe(model, lambda layer, q, k, v, out, scale: calibrator.observe(layer, q, k, v)):
+        for input_ids in progress(batches, "calibration batches", len(batches)):
+            model(input_ids)
+    return calibrator.scales()

@@ -15,9 +15,9 @@ import torch
 def smooth_keys(k: torch.Tensor, mean: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (k - mean, mean) for k (batch, seqlen, heads_k, d).
 
-    mean=None: each (batch, kv head)'s mean key over the sequence, float32 (batch, 1, heads_k, d). A given mean
-    (float, broadcastable to k: (heads_k, d) from calibration, or (batch, 1, heads_k, d)) is used as is and
-    returned unchanged. The difference is formed in float32 and returned in k's dtype.
+    mean=None: each (batch, kv head)'s mean key over the sequence, float32 (float64 for a float64 k), shaped
+    (batch, 1, heads_k, d). A given mean (a float tensor of shape (heads_k, d), from calibration, or (batch, 1,
+    heads_k, d)) is used as is and returned unchanged. The difference is formed in float32 (or float64) and returned in k's dtype.
     """
     if not isinstance(k, torch.Tensor):
         raise TypeError(f"k must be a torch.Tensor, got {type(k).__name__}")
@@ -25,8 +25,9 @@ def smooth_keys(k: torch.Tensor, mean: torch.Tensor | None = None) -> tuple[torc
         raise ValueError(f"k has {k.dim()} dimensions, expected 4 (batch, seqlen, heads_k, d)")
     if not k.dtype.is_floating_point or k.dtype == torch.float8_e4m3fn:
         raise TypeError(f"k has dtype {k.dtype}: smooth keys before quantizing them (a BF16 or float k)")
+    work = torch.promote_types(k.dtype, torch.float32)  # float32, or float64 for a float64 k
     if mean is None:
-        mean = k.float().mean(dim=1, keepdim=True)
+        mean = k.to(work).mean(dim=1, keepdim=True)
     elif not isinstance(mean, torch.Tensor):
         raise TypeError(f"mean must be a torch.Tensor or None, got {type(mean).__name__}")
     else:
@@ -38,4 +39,4 @@ def smooth_keys(k: torch.Tensor, mean: torch.Tensor | None = None) -> tuple[torc
             )
         if mean.device != k.device:
             raise ValueError(f"mean is on {mean.device} but k is on {k.device}")
-    return (k.float() - mean).to(k.dtype), mean
+    return (k.to(work) - mean).to(k.dtype), mean
