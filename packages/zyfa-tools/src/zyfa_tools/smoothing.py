@@ -17,7 +17,8 @@ def smooth_keys(k: torch.Tensor, mean: torch.Tensor | None = None) -> tuple[torc
 
     mean=None: each (batch, kv head)'s mean key over the sequence, float32 (float64 for a float64 k), shaped
     (batch, 1, heads_k, d). A given mean (a float tensor of shape (heads_k, d), from calibration, or (batch, 1,
-    heads_k, d)) is used as is and returned unchanged. The difference is formed in float32 (or float64) and returned in k's dtype.
+    heads_k, d)) is used as is and returned unchanged. The difference is formed in float32 (or float64) and
+    returned in k's dtype.
     """
     if not isinstance(k, torch.Tensor):
         raise TypeError(f"k must be a torch.Tensor, got {type(k).__name__}")
