@@ -112,3 +112,17 @@ def test_configure_checks_its_arguments(llama, tmp_path):
 
 def test_registered_names():
     assert {"zyfa", "zyfa-fp8"} <= set(transformers.AttentionInterface._global_mapping)
+
+
+def test_pretrained_path_loads_with_zyfa_fp8(tmp_path):
+    """The real-weights path: from_pretrained of a saved model with attn_implementation="zyfa-fp8"."""
+    saved = models.random_model("qwen2", layers=1)
+    saved.save_pretrained(tmp_path)
+    model = models.load_model(str(tmp_path), attn_implementation="zyfa-fp8")
+    assert model.config._attn_implementation == "zyfa-fp8" and next(model.parameters()).dtype == torch.bfloat16
+    hf.counts.clear()
+    ids = _ids(40)
+    with torch.no_grad():
+        logits = model(ids).logits
+    assert hf.counts == {"zyfa-fp8": 1}
+    assert kl_divergence(_logits(saved, "sdpa", ids), logits) < 3e-3

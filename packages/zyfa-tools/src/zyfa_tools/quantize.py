@@ -99,7 +99,7 @@ def rotate_quantize(x: torch.Tensor, heads_k: int, *, rotation=None, smooth=Fals
     fn = _rotate_quantize
     if use_compile:
         if _compiled is None:
-            _compiled = torch.compile(_rotate_quantize, dynamic=False)
+            _compiled = torch.compile(_rotate_quantize)  # dynamic after the first new shape: one graph per kind
         fn = _compiled
     return fn(g, rotation, smooth, mean, scale)
 
