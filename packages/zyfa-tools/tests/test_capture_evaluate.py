@@ -53,7 +53,7 @@ def test_model_report_measures_what_rotation_and_smoothing_do(llama):
     ids = torch.randint(0, 512, (1, 128), generator=torch.Generator().manual_seed(2))
     rows = {r["variant"]: r for r in evaluate.model_report(llama, ids)}
     assert list(rows) == [v.name for v in evaluate.VARIANTS]
-    bf16, plain, both = rows["zyfa bf16"], rows["fp8 plain"], rows["fp8 rotation+smoothing"]
+    bf16, plain, both = rows["zyfa bf16"], rows["fp8 plain"], rows["fp8 rotation + smoothing"]
     assert bf16["kl"] < plain["kl"] / 10 and max(bf16["layer_errors"].values()) < 4e-3
     assert both["kl"] < plain["kl"] / 2
     for layer in (0, 1):
@@ -64,7 +64,7 @@ def test_model_report_measures_what_rotation_and_smoothing_do(llama):
 def test_functional_report_192():
     rows = {r["variant"]: r["error"] for r in evaluate.functional_report(192, 128, seqlen=256, heads=2, heads_k=1)}
     assert rows["zyfa bf16"] < 3e-3
-    assert rows["fp8 rotation+smoothing"] < rows["fp8 plain"] * 0.97 < 0.08
+    assert rows["fp8 rotation + smoothing"] < rows["fp8 plain"] * 0.97 < 0.08
 
 
 def test_cli(tmp_path, capsys):

@@ -126,16 +126,19 @@ def _table(rows) -> str:
 
 
 def plot(rows, path: str) -> None:
-    """Per-layer relative RMS errors of every variant (log scale), KL in the legend."""
+    """Per-layer relative RMS errors of every variant as grouped bars (log scale), KL in the legend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    for r in rows:
-        layers = sorted(r["layer_errors"])
-        ax.plot(layers, [r["layer_errors"][i] for i in layers], marker="o", label=f"{r['variant']} (KL {r['kl']:.2e})")
+    layers = sorted(rows[0]["layer_errors"])
+    width = 0.8 / len(rows)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(layers) + 3), 4.5))
+    for j, r in enumerate(rows):
+        ax.bar([i + (j - (len(rows) - 1) / 2) * width for i in range(len(layers))],
+               [r["layer_errors"][layer] for layer in layers], width, label=f"{r['variant']} (KL {r['kl']:.2e})")
+    ax.set_xticks(range(len(layers)), [str(layer) for layer in layers])
     ax.set_yscale("log")
     ax.set_xlabel("layer")
     ax.set_ylabel("relative RMS error of the attention output")

@@ -37,9 +37,8 @@ VARIANTS = (
     Variant("fp8 plain", recipe=Recipe(rotation=False, smoothing=False)),
     Variant("fp8 rotation", recipe=Recipe(rotation=True, smoothing=False)),
     Variant("fp8 smoothing", recipe=Recipe(rotation=False, smoothing=True)),
-    Variant("fp8 rotation+smoothing", recipe=Recipe(rotation=True, smoothing=True)),
+    Variant("fp8 rotation + smoothing", recipe=Recipe(rotation=True, smoothing=True)),
 )
-STATIC = Variant("fp8 rotation+smoothing static", recipe=Recipe(rotation=True, smoothing=True), static=True)
 
 
 def kl_divergence(ref_logits: torch.Tensor, logits: torch.Tensor) -> float:
