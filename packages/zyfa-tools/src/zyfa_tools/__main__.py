@@ -38,6 +38,9 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
                    help="random models: a constant key offset of this size on a few channels per head (as real "
                         "models' K outliers; 0 = plain random weights)")
     g.add_argument("--layers", type=int, default=2, help="random models: number of layers")
+    g.add_argument("--heads", type=int, default=4, help="random models: query heads (head_dim 128)")
+    g.add_argument("--kv-heads", type=int, default=2, help="random models: KV heads")
+    g.add_argument("--hidden", type=int, default=256, help="random models: hidden size")
     g.add_argument("--seed", type=int, default=0, help="random models: weight seed")
     g.add_argument("--text", metavar="FILE", help="text to tokenize with the model's tokenizer (else random ids)")
     g.add_argument("--seqlen", type=int, default=256, help="tokens per sequence")
@@ -58,7 +61,8 @@ def _model(args):
 
     hf.register()
     if args.model.startswith("random:"):
-        model = models.random_model(args.model.split(":", 1)[1], layers=args.layers, seed=args.seed,
+        model = models.random_model(args.model.split(":", 1)[1], layers=args.layers, heads=args.heads,
+                                    kv_heads=args.kv_heads, hidden=args.hidden, seed=args.seed,
                                     key_bias=args.key_bias)
     else:
         model = models.load_model(args.model)
@@ -148,6 +152,18 @@ def plot(rows, path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def _versions() -> dict:
+    from importlib import metadata
+
+    found = {}
+    for name in ("torch", "transformers", "zyfa-torch", "zyfa-tools"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
 def evaluate_command(args) -> int:
     from . import evaluate
     from .calibration import StaticScales, calibrate
@@ -173,7 +189,9 @@ def evaluate_command(args) -> int:
     print(f"{args.model}: {args.batches} x {args.seqlen} tokens on {args.device}; KL of next-token distributions "
           f"from the model's own attention; per layer (L<i>) the relative RMS error of the attention output")
     print(_table(merged))
-    result = {"model": args.model, "key_bias": args.key_bias, "seqlen": args.seqlen, "batches": args.batches,
+    arguments = {k: v for k, v in vars(args).items() if k != "run"}
+    result = {"model": args.model, "arguments": arguments, "versions": _versions(),
+              "device": torch.cuda.get_device_name() if str(args.device).startswith("cuda") else "cpu",
               "rows": merged}
     if args.functional:
         result["functional"] = {}
