@@ -16,7 +16,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 
 import torch
 
@@ -57,7 +57,7 @@ def _grouped(x: torch.Tensor, heads_k: int) -> torch.Tensor:
     b, s, h, d = x.shape
     if h % heads_k:
         raise ValueError(f"x has {h} heads: not a multiple of heads_k={heads_k}")
-    return x.view(b, s, heads_k, h // heads_k, d) if x.stride(-1) == 1 else x.reshape(b, s, heads_k, h // heads_k, d)
+    return x.view(b, s, heads_k, h // heads_k, d)  # splitting one dimension: a view for any strides
 
 
 def _rotate_quantize(x, rotation, smooth, mean, scale):
@@ -93,8 +93,8 @@ def rotate_quantize(x: torch.Tensor, heads_k: int, *, rotation=None, smooth=Fals
     """
     global _compiled
     g = _grouped(x, heads_k)
-    if mean is not None:
-        mean = mean.float().reshape(-1, 1, heads_k, 1, x.shape[-1]) if mean.dim() == 4 else mean[:, None, :]
+    if mean is not None:  # (heads_k, d) or (batch, 1, heads_k, d) -> broadcastable to the grouped x
+        mean = mean.float().reshape(-1, 1, heads_k, 1, x.shape[-1]) if mean.dim() == 4 else mean.float()[:, None]
     use_compile = x.is_cuda if compile is None else compile
     fn = _rotate_quantize
     if use_compile:
@@ -104,25 +104,14 @@ def rotate_quantize(x: torch.Tensor, heads_k: int, *, rotation=None, smooth=Fals
     return fn(g, rotation, smooth, mean, scale)
 
 
-class Rotations:
-    """Rotation matrices by (d, device), made once per process for a seed."""
-
-    def __init__(self, seed: int = 0):
-        self.seed = seed
-        self._cache: dict = {}
-
-    def get(self, d: int, device) -> torch.Tensor:
-        key = (d, str(device))
-        if key not in self._cache:
-            self._cache[key] = rotation_matrix(d, device, self.seed)
-        return self._cache[key]
-
-
-_ROTATIONS: dict[int, Rotations] = {}
+@cache
+def _rotation(d: int, device: str, seed: int) -> torch.Tensor:
+    return rotation_matrix(d, device, seed)
 
 
 def rotation_for(d: int, device, seed: int) -> torch.Tensor:
-    return _ROTATIONS.setdefault(seed, Rotations(seed)).get(d, device)
+    """The rotation of head dim d on `device` (made once per process)."""
+    return _rotation(d, str(torch.device(device)), seed)
 
 
 def prepare(q, k, v, recipe: Recipe = DEFAULT_RECIPE, layer_scales=None, compile=None):
@@ -175,10 +164,24 @@ def _median_ms(fn, repeat: int, device: str) -> float:
     return sorted(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))[repeat // 2]
 
 
+def _attention_calls(q, k, v, q8, k8, v8, descales) -> dict:
+    """The attention calls the pass is compared with: ZYFA BF16 and FP8, and FA3's FP8 forward where the
+    fa3_fwd package is installed (an FP8 call of the same shape on a GPU where ZYFA has no FP8 kernel yet)."""
+    calls = {"zyfa_bf16": lambda: flash_attn_func(q, k, v, causal=True),
+             "zyfa_fp8": lambda: flash_attn_func(q8, k8, v8, causal=True, **descales)}
+    try:
+        import fa3_fwd_interface
+    except ImportError:
+        return calls
+    calls["fa3_fp8"] = lambda: fa3_fwd_interface.flash_attn_func(q8, k8, v8, causal=True, **descales)
+    return calls
+
+
 def time_preparation(seqlen: int, *, batch=1, heads=32, heads_k=8, d_qk=128, d_v=None, repeat=50,
                      mode: str | None = None, device: str = "cuda") -> dict:
-    """Median GPU times (ms) of the FP8 attention call and of preparing its inputs from BF16, per call and
-    static, compiled (torch.compile `mode`) and eager; the compiled results are compared with the eager ones."""
+    """Median times (ms) of preparing FP8 q, k, v from BF16 (per call and static scales, compiled with
+    torch.compile `mode` and eager) and of the attention calls they feed; the compiled pass's bytes are compared
+    with the eager pass's. An attention call that fails (no kernel for it on this GPU) is reported as an error."""
     global _compiled
     from .calibration import Calibrator
 
@@ -194,10 +197,7 @@ def time_preparation(seqlen: int, *, batch=1, heads=32, heads_k=8, d_qk=128, d_v
     _compiled = torch.compile(_rotate_quantize, dynamic=False, mode=mode)
     result = {"seqlen": seqlen, "batch": batch, "heads": heads, "heads_k": heads_k, "d_qk": d_qk, "d_v": d_v,
               "compile_mode": mode or "default"}
-    q8, k8, v8, descales = prepare(q, k, v, compile=True)
     timed = partial(_median_ms, repeat=repeat, device=device)
-    result["attention_fp8_ms"] = timed(lambda: flash_attn_func(q8, k8, v8, causal=True, **descales))
-    result["attention_bf16_ms"] = timed(lambda: flash_attn_func(q, k, v, causal=True))
     for name, layer_scales in (("per_call", None), ("static", static)):
         for compiled in (True, False):
             key = f"prepare_{name}_{'compiled' if compiled else 'eager'}_ms"
@@ -210,9 +210,17 @@ def time_preparation(seqlen: int, *, batch=1, heads=32, heads_k=8, d_qk=128, d_v
         result[f"prepare_{name}_descales_equal"] = all(torch.equal(a[3][n], b[3][n]) for n in a[3])
     moved = (q.numel() + k.numel() + v.numel()) * 3  # BF16 read, FP8 written
     for name in ("per_call", "static"):
-        ms = result[f"prepare_{name}_compiled_ms"]
-        result[f"prepare_{name}_vs_attention"] = ms / result["attention_fp8_ms"]
-        result[f"prepare_{name}_gbps"] = moved / ms / 1e6
+        result[f"prepare_{name}_gbps"] = moved / result[f"prepare_{name}_compiled_ms"] / 1e6
+    q8, k8, v8, descales = prepare(q, k, v, compile=True)
+    for call, fn in _attention_calls(q, k, v, q8, k8, v8, descales).items():
+        try:
+            ms = timed(fn)
+        except Exception as error:  # reported, not hidden: e.g. no FP8 kernel for this GPU in this version
+            result[f"{call}_error"] = f"{type(error).__name__}: {error}"
+            continue
+        result[f"{call}_ms"] = ms
+        for name in ("per_call", "static"):
+            result[f"prepare_{name}_vs_{call}"] = result[f"prepare_{name}_compiled_ms"] / ms
     return result
 
 
@@ -220,11 +228,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m zyfa_tools.quantize",
         description="Time the fused rotate-and-quantize pass (q, k rotated, k smoothed, q, k, v to FP8) against "
-                    "the ZYFA FP8 attention call it feeds, on a CUDA GPU (Hopper: the sm90a kernels).",
+                    "the attention calls it feeds (ZYFA BF16 and FP8, FA3 FP8 where fa3_fwd is installed) on a CUDA "
+                    "GPU.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Per call: scales from each tensor's amax (a reduction, then the quantizing pass). Static: scales "
                "from a calibration (one pass).\nReported: median ms over --repeat CUDA-event timings, the pass "
-               "relative to the FP8 attention call, its bandwidth\n(BF16 read + FP8 written), and whether the "
+               "relative to each attention call, its bandwidth\n(BF16 read + FP8 written), and whether the "
                "compiled pass gives the eager pass's bytes. JSON lines go to stdout.",
     )
     parser.add_argument("--seqlen", type=int, nargs="+", default=[4096, 16384])
@@ -253,9 +262,9 @@ def main(argv=None) -> int:
                                  device=args.device)
             results.append(r)
             print(json.dumps(r), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "device": name, "results": results}, f, indent=1)
+            if args.json:  # after every measurement: a run cut short keeps what it measured
+                with open(args.json, "w") as f:
+                    json.dump({"torch": torch.__version__, "device": name, "results": results}, f, indent=1)
     return 0
 
 
