@@ -126,3 +126,15 @@ def test_pretrained_path_loads_with_zyfa_fp8(tmp_path):
         logits = model(ids).logits
     assert hf.counts == {"zyfa-fp8": 1}
     assert kl_divergence(_logits(saved, "sdpa", ids), logits) < 3e-3
+
+
+def test_observe_runs_the_bf16_attention_and_restores_the_implementation():
+    model = models.random_model("llama", layers=1, attn_implementation="zyfa-fp8")
+    ids = _ids(24)
+    seen = []
+    hf.counts.clear()
+    with torch.no_grad(), hf.observe(model, lambda layer, q, k, v, out, scale: seen.append((layer, out))):
+        observed = model(ids).logits
+    assert hf.counts == {} and model.config._attn_implementation == "zyfa-fp8"
+    assert torch.equal(observed, _logits(model, "sdpa", ids))
+    assert [layer for layer, _ in seen] == [0] and seen[0][1].shape == (1, 24, 4, 128)

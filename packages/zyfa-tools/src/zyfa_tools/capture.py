@@ -1,9 +1,10 @@
 """Capture post-RoPE q, k, v of every attention layer of a transformers model into a safetensors file.
 
-The tensors are those the model's attention receives (through zyfa_tools.hf.observe, after RoPE and, for GQA,
-before any repetition of KV heads), stored as layers.<i>.{q,k,v} in (batch, seqlen, heads, d) layout in the
-model's dtype, with metadata {"format": "zyfa-qkv", "layout": "bshd", "softmax_scale": "<float>"}. They feed
-zyfa_tools.evaluate or any study of FP8 attention on real activations without running the model again.
+The tensors are those the model's attention receives (through zyfa_tools.hf.observe, which runs the model's
+BF16 sdpa attention: after RoPE and, for GQA, before any repetition of KV heads), stored as layers.<i>.{q,k,v}
+in (batch, seqlen, heads, d) layout in the model's dtype, with metadata {"format": "zyfa-qkv", "layout": "bshd",
+"softmax_scale": "<float>"}. They feed zyfa_tools.evaluate or any study of FP8 attention on real activations
+without running the model again.
 """
 
 from __future__ import annotations

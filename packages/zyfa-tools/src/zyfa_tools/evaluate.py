@@ -81,8 +81,7 @@ def model_report(model, input_ids, variants=VARIANTS, scales=None) -> list[dict]
     """KL from the model's own attention, top-1 agreement and per-layer errors for each variant."""
     from . import hf
 
-    hf.register()
-    with torch.no_grad():
+    with torch.no_grad(), hf.use(model, "sdpa"):
         ref = model(input_ids).logits
     errors = layer_errors(model, input_ids, variants, scales)
     rows = []

@@ -121,15 +121,14 @@ def zyfa_fp8_attention_forward(module, query, key, value, attention_mask, **kwar
     return _attention(FP8_NAME, module, query, key, value, attention_mask, **kwargs)
 
 
-_observers: list = []  # (callback, inner implementation) of the innermost observe() first
+_observers: list = []  # the callbacks of the active observe() blocks, innermost last
 
 
 def _observing_attention(module, query, key, value, attention_mask, **kwargs):
-    callback, inner = _observers[-1]
-    out, weights = inner(module, query, key, value, attention_mask, **kwargs)
+    out, weights = _sdpa(module, query, key, value, attention_mask, **kwargs)
     scale = kwargs.get("scaling")
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    callback(module.layer_idx, *(t.transpose(1, 2) for t in (query, key, value)), out, scale)
+    _observers[-1](module.layer_idx, *(t.transpose(1, 2) for t in (query, key, value)), out, scale)
     return out, weights
 
 
@@ -190,18 +189,11 @@ def use(model, implementation: str):
 
 @contextlib.contextmanager
 def observe(model, callback):
-    """Inside the block, every attention call of `model` runs as before and then calls
-    callback(layer, q, k, v, out, softmax_scale) with post-RoPE q, k, v and the output, all (batch, seqlen,
-    heads, d).
-
-    "As before" is the model's own implementation when it is zyfa or zyfa-fp8, else sdpa (an eager model is
-    observed through sdpa, the same attention up to rounding)."""
-    from transformers import AttentionInterface
-
+    """Inside the block, every attention call of `model` runs the model's BF16 attention (sdpa, whatever the
+    model's implementation is) and then calls callback(layer, q, k, v, out, softmax_scale) with the post-RoPE
+    q, k, v and the output, all (batch, seqlen, heads, d)."""
     register()
-    current = model.config._attn_implementation
-    inner = AttentionInterface._global_mapping[current if current in (BF16_NAME, FP8_NAME) else "sdpa"]
-    _observers.append((callback, inner))
+    _observers.append(callback)
     try:
         with use(model, OBSERVE_NAME):
             yield
