@@ -2,7 +2,7 @@
 
     import zyfa_tools.hf
     zyfa_tools.hf.register()
-    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="zyfa-fp8", torch_dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="zyfa-fp8", dtype=torch.bfloat16)
     zyfa_tools.hf.configure(model, rotation=True, smoothing=True, scales="scales.safetensors")  # optional
 
 `register()` adds two implementations to transformers' AttentionInterface (and, for their masks, the sdpa mask

@@ -74,7 +74,7 @@ def _rotate_quantize(x, rotation, smooth, mean, scale):
     else:
         descale = 1.0 / scale
     x8 = (y * scale[:, None, :, None, None]).clamp(-E4M3_MAX, E4M3_MAX).to(FP8)
-    return x8.flatten(2, 3), descale
+    return x8.flatten(2, 3).contiguous(), descale  # written in ZYFA's layout even from transposed views
 
 
 _compiled = None
