@@ -18,9 +18,9 @@ EPILOG = """\
 examples:
   python -m zyfa_tools evaluate --model random:llama --key-bias 30
       KL of next-token distributions and per-layer errors, with and without rotation and K smoothing
-  python -m zyfa_tools calibrate --model /models/Llama-3-8B --text calib.txt --out scales.safetensors
+  python -m zyfa_tools calibrate --model MODEL_DIR --text calib.txt --out scales.safetensors
       static FP8 scales per layer (then: zyfa_tools.hf.configure(model, scales="scales.safetensors"))
-  python -m zyfa_tools evaluate --model /models/Llama-3-8B --text eval.txt --scales scales.safetensors --plot e.png
+  python -m zyfa_tools evaluate --model MODEL_DIR --text eval.txt --scales scales.safetensors --plot e.png
   python -m zyfa_tools capture --model random:qwen2 --seqlen 512 --out qkv.safetensors
 
 The FP8 recipe: q and k rotated after RoPE by a random Hadamard matrix (d_qk = 128) or a DCT x Hadamard one
@@ -49,8 +49,8 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="cpu", help="torch device of the model (cuda: the ZYFA kernels)")
 
 
-def _recipe_args(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("FP8 recipe")
+def _recipe_args(parser: argparse.ArgumentParser, title: str = "FP8 recipe") -> None:
+    g = parser.add_argument_group(title)
     g.add_argument("--no-rotation", dest="rotation", action="store_false", help="do not rotate q and k")
     g.add_argument("--no-smoothing", dest="smoothing", action="store_false", help="do not subtract the key mean")
     g.add_argument("--rotation-seed", type=int, default=0, help="seed of the rotation's random signs")
@@ -236,7 +236,7 @@ def main(argv=None) -> int:
                                    "each layer's relative RMS error of the attention output.",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     _model_args(p)
-    _recipe_args(p)
+    _recipe_args(p, "FP8 recipe of --calibrate (the other variants are fixed: see above)")
     p.add_argument("--scales", metavar="FILE", help="also evaluate these static scales (python -m zyfa_tools "
                                                      "calibrate)")
     p.add_argument("--calibrate", action="store_true",
