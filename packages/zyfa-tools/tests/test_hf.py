@@ -138,3 +138,15 @@ def test_observe_runs_the_bf16_attention_and_restores_the_implementation():
     assert hf.counts == {} and model.config._attn_implementation == "zyfa-fp8"
     assert torch.equal(observed, _logits(model, "sdpa", ids))
     assert [layer for layer, _ in seen] == [0] and seen[0][1].shape == (1, 24, 4, 128)
+
+
+def test_sliding_window_runs_zyfa_only_within_the_window():
+    model = models.random_model("mistral", layers=1)
+    model.config.sliding_window = 16
+    hf.counts.clear()
+    _logits(model, "zyfa-fp8", _ids(12))  # shorter than the window: causal attention, no mask
+    assert hf.counts == {"zyfa-fp8": 1}
+    hf.counts.clear()
+    ids = _ids(40)
+    assert torch.equal(_logits(model, "zyfa-fp8", ids), _logits(model, "sdpa", ids))
+    assert set(hf.counts) == {"sdpa: attention mask (padding, packed sequences or a masked cache)"}
