@@ -14,8 +14,9 @@ whose attention calls `ALL_ATTENTION_FUNCTIONS` works with attn_implementation="
 
 ZYFA runs a call when it is causal prefill: no attention mask (the sdpa mask builder passes None for causal
 attention without padding), as many keys as queries (no cached prefix), is_causal, no dropout, softcap,
-attention sinks or sliding window shorter than the sequence. Every other call - padding masks, decoding and
-chunked prefill with a KV cache, packed sequences, non-causal attention - runs the model's sdpa implementation
+attention sinks or sliding window shorter than the sequence (a sequence that reaches the window gets a mask).
+Every other call - padding masks, decoding and chunked prefill with a KV cache, packed sequences, non-causal
+attention - runs the model's sdpa implementation
 instead (configure(..., fallback="raise") raises a ValueError naming the reason). Head dimensions ZYFA lacks
 (it has d_qk = d_v = 128 and d_qk = 192, d_v = 128) raise a ValueError on the first call. Inputs of another
 dtype than BF16 (a float32 model) are rounded to BF16 and the output is returned in the model's dtype.
