@@ -16,11 +16,10 @@ ZYFA runs a call when it is causal prefill: no attention mask (the sdpa mask bui
 attention without padding), as many keys as queries (no cached prefix), is_causal, no dropout, softcap,
 attention sinks or sliding window shorter than the sequence (a sequence that reaches the window gets a mask).
 Every other call - padding masks, decoding and chunked prefill with a KV cache, packed sequences, non-causal
-attention - runs the model's sdpa implementation
-instead (configure(..., fallback="raise") raises a ValueError naming the reason). Head dimensions ZYFA lacks
-(it has d_qk = d_v = 128 and d_qk = 192, d_v = 128) raise a ValueError on the first call. Inputs of another
-dtype than BF16 (a float32 model) are rounded to BF16 and the output is returned in the model's dtype.
-`counts` tells how many calls ran each way.
+attention - runs the model's sdpa implementation instead (configure(..., fallback="raise") raises a ValueError
+naming the reason). Head dimensions ZYFA lacks (it has d_qk = d_v = 128 and d_qk = 192, d_v = 128) raise a
+ValueError on the first call. Inputs of another dtype than BF16 (a float32 model) are rounded to BF16 and the
+output is returned in the model's dtype. `counts` tells how many calls ran each way.
 """
 
 from __future__ import annotations
