@@ -44,8 +44,9 @@ def run(args) -> int:
     entry, _ = manifest_entry(args.kernel)
     (q, k, v), kind = _inputs(args.batch, args.seqlen, args.heads, args.kv_heads, entry["d_qk"], entry["d_v"],
                               args.seed, args.inputs)
-    q8, k8, v8, descales = quantize(q, k, v, torch.float8_e4m3fn)
-    qd, kd, vd = (descales[f"{n}_descale"] for n in "qkv")
+    dtype = torch.bfloat16 if entry["dtype"] == "bf16" else torch.float8_e4m3fn
+    q8, k8, v8, descales = quantize(q, k, v, dtype)
+    qd, kd, vd = (descales.get(f"{n}_descale", 1.0) for n in "qkv")  # BF16: no descales
     print(f"{args.kernel}: batch {args.batch}, seqlen {args.seqlen}, heads {args.heads}/{args.kv_heads}, "
           f"{kind} inputs (seed {args.seed}), schedule {args.schedule}", file=sys.stderr)
     start = time.time()
@@ -67,6 +68,11 @@ def run(args) -> int:
     return 0
 
 
+def _kernel_names() -> list[str]:
+    import zyfa_kernels
+    return sorted(k.name for k in zyfa_kernels.manifest().kernels if k.target == "gfx950")
+
+
 def table(args) -> int:
     from .isa import table as instruction_table
     for name, unit, source in instruction_table():
@@ -82,8 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                        description="Simulate one causal FP8 attention call of a committed gfx950 code object on "
                                    "activation-like inputs; the last line printed is the relative error against "
                                    "zyfa.numerics.")
-    r.add_argument("--kernel", required=True, choices=("fp8_d128", "fp8_d192"),
-                   help="fp8_d128: d=128, lean P; fp8_d192: d_qk=192, d_v=128, exact P")
+    r.add_argument("--kernel", required=True, choices=_kernel_names(),
+                   help="a gfx950 kernel of the manifest, e.g. fp8_d128 (d=128, lean P), fp8_d192 (d_qk=192, "
+                        "d_v=128, exact P), bf16_d128, bf16_d192 (HIP C++, BF16 inputs)")
     r.add_argument("--seqlen", type=int, default=512, help="sequence length, a multiple of 256 (default 512)")
     r.add_argument("--heads", type=int, default=2, help="query heads (default 2)")
     r.add_argument("--kv-heads", type=int, default=None, help="key/value heads, dividing --heads (default: MHA)")
