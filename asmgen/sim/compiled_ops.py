@@ -178,3 +178,12 @@ for _name, _fn in _U16_OPS.items():
 def v_mul_hi_u32(w, ins, ctx):
     a, b = (w.vread(op).astype(np.uint64) for op in ins.operands[1:3])
     w.vwrite(ins.operands[0], ((a * b) >> np.uint64(32)).astype(np.uint32))
+
+
+# SOPK comparisons of an SGPR with a zero-extended 16-bit constant.
+_CMPK_U32 = {"eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "gt": lambda a, b: a > b,
+             "ge": lambda a, b: a >= b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b}
+for _cond, _test in _CMPK_U32.items():
+    @define(f"s_cmpk_{_cond}_u32", SALU, "PCODE {NAME} (SCC = S0.u32 <op> 32'U(S1.u16))")
+    def _cmpk(w, ins, ctx, test=_test):
+        w.scc = int(test(w.sread(ins.operands[0]), ins.operands[1].index & 0xFFFF))
