@@ -67,4 +67,5 @@ def assemble(text: str) -> bytes:
     return toolchain.assemble(text)
 
 
-__all__ = ["FAULTS", "KERNELS", "WIDE_FP8", "assemble", "build", "code_object", "generate", "inspect", "kernel_entry"]
+__all__ = ["CLANG", "FAULTS", "KERNELS", "WIDE_FP8", "assemble", "build", "code_object", "generate", "inspect",
+           "kernel_entry"]

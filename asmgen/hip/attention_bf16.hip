@@ -1,5 +1,6 @@
 // Causal BF16 forward attention for gfx950 (MI355X): a persistent grid walks the paired job table; each job is
-// two 256-row query tiles of one (batch, head), computed by 8 waves of 32 rows over 64-key tiles.
+// two 256-row query tiles of one (batch, head), computed by 8 waves of 32 rows over 64-key tiles in ping-pong
+// (key_loop: waves 4-7 half an iteration behind waves 0-3).
 //
 // Built once per configuration with -D ZYFA_SYMBOL=<name> -D ZYFA_D_QK=<d_qk> -D ZYFA_D_V=<d_v> -D ZYFA_TAU=<tau>
 // (asmgen/hip/kernels.py). The numerics are zyfa.numerics' p_mode "bf16" with key_tile 64, rowsum "fp32".
@@ -24,12 +25,7 @@ static_assert((TILE_N * D_QK / VEC) % THREADS == 0 && (TILE_N * D_V / VEC) % THR
 
 typedef Params<bf16> P;
 
-#ifdef ZYFA_PINGPONG
-constexpr bool PINGPONG = true;
-#else
-constexpr bool PINGPONG = false;  // lockstep: every wave loads, then computes, each key tile between two barriers
-#endif
-constexpr int SLOTS = PINGPONG ? 2 : 1;                  // K and V^T tiles in LDS (ping-pong: one read, one written)
+constexpr int SLOTS = 2;                                 // K and V^T tiles in LDS: one read while one is written
 constexpr int K_LOADS = TILE_N * D_QK / VEC / THREADS;   // 16-byte loads per thread and tile
 constexpr int V_LOADS = TILE_N * D_V / VEC / THREADS;
 constexpr int GROUP_B = WAVES / 2;                       // waves 4-7: one barrier behind waves 0-3
@@ -134,7 +130,7 @@ ZYFA_DEVICE void softmax_pv(const Lds& lds, int slot, f32x16 (&s)[2], float& m, 
 // first read of it (A's QK(i+1) follows barrier 2i+1), and the slot it overwrites held tile i-1, whose last read
 // (B's PV(i-1)) ended at barrier 2i. Global loads run ahead of the LDS writes: A loads tile i+1 before its QK(i),
 // B loads tile i+2 after its B2(i). Waves whose rows see no key of a tile skip its compute, never a barrier.
-ZYFA_DEVICE void key_loop_pingpong(Lds& lds, const P& p, const bf16x8 (&qop)[QK_CHUNKS], float& m, float& l,
+ZYFA_DEVICE void key_loop(Lds& lds, const P& p, const bf16x8 (&qop)[QK_CHUNKS], float& m, float& l,
                                    f32x16 (&o)[DV_BLOCKS], float c, int b, int hk, int tile, int wave, int lane,
                                    int tid) {
   const int g = lane / 32, q0 = tile * TILE_M + wave * ROWS, query = q0 + lane % 32;
@@ -185,32 +181,6 @@ ZYFA_DEVICE void key_loop_pingpong(Lds& lds, const P& p, const bf16x8 (&qop)[QK_
   if (!late) barrier();
 }
 
-// Lockstep: per key tile, every wave loads its share into the one slot and then computes.
-ZYFA_DEVICE void key_loop_lockstep(Lds& lds, const P& p, const bf16x8 (&qop)[QK_CHUNKS], float& m, float& l,
-                                   f32x16 (&o)[DV_BLOCKS], float c, int b, int hk, int tile, int wave, int lane,
-                                   int tid) {
-  const int g = lane / 32, q0 = tile * TILE_M + wave * ROWS, query = q0 + lane % 32;
-  const int key_tiles = (tile + 1) * (TILE_M / TILE_N);
-  for (int kt = 0; kt < key_tiles; ++kt) {
-    const int key0 = kt * TILE_N;
-    Staged st;
-    fetch(st, p, b, hk, key0, tid);
-    barrier();  // every wave has finished reading the previous tile
-    store(lds, 0, st, tid);
-    barrier();
-    if (key0 > q0 + ROWS - 1) continue;  // no row of this wave sees a key of the tile
-    f32x16 s[2] = {};
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int i = 0; i < QK_CHUNKS; ++i) {
-        const bf16x8 kop = *(const bf16x8*)&lds.k[0][(32 * half + lane % 32) * K_STRIDE + CHUNK * i + 8 * g];
-        s[half] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(kop, qop[i], s[half], 0, 0, 0);
-      }
-    softmax_pv(lds, 0, s, m, l, o, c, key0, q0, query, g, lane);
-  }
-}
-
 // One 256-row query tile of one (batch, head): wave `wave` takes rows tile * 256 + 32 wave + (0..31).
 ZYFA_DEVICE void query_tile(Lds& lds, const P& p, float c, int b, int h, int hk, int tile, int wave, int lane,
                             int tid) {
@@ -221,10 +191,7 @@ ZYFA_DEVICE void query_tile(Lds& lds, const P& p, float c, int b, int h, int hk,
   for (int i = 0; i < QK_CHUNKS; ++i) qop[i] = *(const bf16x8*)&p.q[q_at + CHUNK * i];
   f32x16 o[DV_BLOCKS] = {};
   float m = NEG_INF, l = 0.0f;
-  if (PINGPONG)
-    key_loop_pingpong(lds, p, qop, m, l, o, c, b, hk, tile, wave, lane, tid);
-  else
-    key_loop_lockstep(lds, p, qop, m, l, o, c, b, hk, tile, wave, lane, tid);
+  key_loop(lds, p, qop, m, l, o, c, b, hk, tile, wave, lane, tid);
 
   // out = bf16(O / l), lse = ln 2 (m + log2 l); register r of block d is column 32 d + 8 (r/4) + 4 g + r%4.
   const float inv_l = rcp(l);

@@ -187,3 +187,12 @@ for _cond, _test in _CMPK_U32.items():
     @define(f"s_cmpk_{_cond}_u32", SALU, "PCODE {NAME} (SCC = S0.u32 <op> 32'U(S1.u16))")
     def _cmpk(w, ins, ctx, test=_test):
         w.scc = int(test(w.sread(ins.operands[0]), ins.operands[1].index & 0xFFFF))
+
+
+@define("v_writelane_b32", VALU, "PCODE {NAME} (VGPR[S1[5:0]][VDST] = S0, whatever EXEC holds)")
+def v_writelane_b32(w, ins, ctx):
+    d, value, lane = ins.operands
+    if d.kind != "v":
+        raise SimError(f"{ins.addr:#x}: {ins.name} writes a VGPR")
+    w.v[d.index][w.sread(lane) & (LANES - 1)] = w.sread(value)
+    w.forget_mfma_result("v", d.index)

@@ -15,7 +15,7 @@ RNG = np.random.default_rng(77)
 NEW = ("v_mov_b64", "v_lshl_add_u64", "v_mad_u64_u32", "v_add_co_u32", "s_lshl2_add_u32", "ds_read2_b64",
        "ds_write_b16", "ds_write_b16_d16_hi", "v_bfrev_b32", "v_bitop3_b32", "v_add3_u32", "v_sub_u16",
        "v_mul_lo_u16", "v_lshlrev_b16", "v_mul_hi_u32", "v_subrev_u32", "v_or3_b32", "s_mul_hi_i32", "ds_write_b8",
-       "ds_write_b8_d16_hi", "s_load_dwordx16", "s_cmpk_gt_u32", "s_cmpk_lt_u32",
+       "ds_write_b8_d16_hi", "s_load_dwordx16", "s_cmpk_gt_u32", "s_cmpk_lt_u32", "v_writelane_b32",
        "v_mfma_f32_32x32x16_bf16", "v_mfma_f32_16x16x32_bf16")
 
 
@@ -93,8 +93,10 @@ def test_scalar_shift_add_multiply_high_and_wide_load():
            "  s_load_dwordx16 s[32:47], s[4:5], 0x0\n  s_waitcnt lgkmcnt(0)\n  v_mov_b32 v13, s47\n"
     body += "  s_movk_i32 s16, 0x100\n  s_cmpk_gt_u32 s16, 0xff\n  s_cselect_b32 s17, 1, 0\n" \
             "  s_cmpk_lt_u32 s16, 0x100\n  s_cselect_b32 s18, 1, 0\n  v_mov_b32 v14, s17\n  v_mov_b32 v15, s18\n"
+    body += "  v_mov_b32 v16, 0\n  s_mov_b64 exec, 0\n  v_writelane_b32 v16, s10, 5\n  s_mov_b64 exec, -1\n"
     x = u32_rows(1)
-    out = run(body, x, [10, 11, 12, 13, 14, 15])
+    out = run(body, x, [10, 11, 12, 13, 14, 15, 16])
+    assert int(out[6, 5]) == 0x40000001 and not out[6, :5].any()  # lane 5 written with EXEC off
     assert (int(out[4, 0]), int(out[5, 0])) == (1, 0)  # 0x100 > 0xff, not < 0x100
     assert int(out[0, 0]) == (0x40000001 * 4 + 7) & 0xFFFFFFFF and int(out[1, 0]) == 1  # carry out in SCC
     assert int(out[2, 0]) == ((-5 * 0x40000001) >> 32) & 0xFFFFFFFF
