@@ -158,9 +158,10 @@ def test_result_does_not_depend_on_wave_interleaving_or_load_latency():
     compare(entry, base, model, lse)
 
 
-def test_command_line_prints_the_relative_error_last(capsys):
+@pytest.mark.parametrize("kernel", ["bf16_d192", "fp8_d192_wide"])
+def test_command_line_prints_the_relative_error_last(capsys, kernel):
     from asmgen.sim.__main__ import LAST_LINE, main
-    assert main(["run", "--kernel", "bf16_d192", "--seqlen", "256", "--heads", "1"]) == 0
+    assert main(["run", "--kernel", kernel, "--seqlen", "256", "--heads", "1"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     prefix = LAST_LINE.split("{")[0]
     assert last.startswith(prefix) and float(last[len(prefix):]) < REL_TOLERANCE
