@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import hip
 from . import toolchain
 from .kernel import (
     ARG_SIZE,
@@ -38,6 +39,7 @@ def _entry(v: Variant) -> dict:
 
 
 KERNELS: list[dict] = [_entry(v) for v in VARIANTS.values()]
+KERNELS += hip.KERNELS  # the HIP C++ kernels (asmgen.hip): entries with source "hip"
 
 
 def _variant(name: str) -> Variant:
@@ -61,6 +63,9 @@ def assemble(text: str) -> bytes:
 
 
 def build(kernel: dict, path: Path) -> None:
+    if kernel.get("source") == "hip":
+        hip.build(kernel, path)
+        return
     Path(path).write_bytes(assemble(generate(kernel["name"])))
 
 

@@ -40,22 +40,25 @@ def run(args) -> int:
     import zyfa.numerics
     from zyfa_tools.inputs import quantize
 
-    from .attention import manifest_entry, run_attention
-    entry, _ = manifest_entry(args.kernel)
+    from .attention import run_attention
+    entry, code = _kernel(args.kernel)
     (q, k, v), kind = _inputs(args.batch, args.seqlen, args.heads, args.kv_heads, entry["d_qk"], entry["d_v"],
                               args.seed, args.inputs)
-    q8, k8, v8, descales = quantize(q, k, v, torch.float8_e4m3fn)
-    qd, kd, vd = (descales[f"{n}_descale"] for n in "qkv")
+    dtype = torch.bfloat16 if entry["dtype"] == "bf16" else torch.float8_e4m3fn
+    q8, k8, v8, descales = quantize(q, k, v, dtype)
+    qd, kd, vd = (descales.get(f"{n}_descale", 1.0) for n in "qkv")  # BF16: no descales
     print(f"{args.kernel}: batch {args.batch}, seqlen {args.seqlen}, heads {args.heads}/{args.kv_heads}, "
           f"{kind} inputs (seed {args.seed}), schedule {args.schedule}", file=sys.stderr)
     start = time.time()
-    result = run_attention(args.kernel, q8, k8, v8, qd, kd, vd, schedule=args.schedule, seed=args.seed,
-                           progress=_progress)
+    result = run_attention(args.kernel, q8, k8, v8, qd, kd, vd, entry=entry, code_object=code,
+                           schedule=args.schedule, seed=args.seed, progress=_progress)
     elapsed = time.time() - start
     model, model_lse = zyfa.numerics.attention(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd,
                                                p_mode=entry["p_mode"], key_tile=entry["tile_n"],
                                                scale_block=entry["scale_block"] or 64,
-                                               rescale_threshold=entry["rescale_threshold"], return_lse=True)
+                                               rescale_threshold=entry["rescale_threshold"],
+                                               p_shift=entry.get("p_shift", 0), rowsum=entry.get("rowsum"),
+                                               return_lse=True)
     done = result.rows_done(entry["tile_m"])
     rows = done.permute(0, 2, 1)
     out, ref = result.out.float()[rows], model.float()[rows]
@@ -65,6 +68,23 @@ def run(args) -> int:
           f"{len(result.jobs)} jobs) in {elapsed:.1f} s; max |lse - model| = {lse_err:.3e}")
     print(LAST_LINE.format(rel))
     return 0
+
+
+def _kernel_names() -> list[str]:
+    import zyfa_kernels
+    from asmgen.hip import WIDE_FP8
+    return sorted([k.name for k in zyfa_kernels.manifest().kernels if k.target == "gfx950"] +
+                  [e["name"] for e in WIDE_FP8])
+
+
+def _kernel(name: str) -> tuple[dict, bytes]:
+    """(entry, code object): the manifest's, or a fresh build of a HIP kernel not in the manifest yet."""
+    from asmgen import hip
+
+    from .attention import manifest_entry
+    if name in {e["name"] for e in hip.WIDE_FP8}:
+        return hip.kernel_entry(name), hip.code_object(name)
+    return manifest_entry(name)
 
 
 def table(args) -> int:
@@ -82,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
                        description="Simulate one causal FP8 attention call of a committed gfx950 code object on "
                                    "activation-like inputs; the last line printed is the relative error against "
                                    "zyfa.numerics.")
-    r.add_argument("--kernel", required=True, choices=("fp8_d128", "fp8_d192"),
-                   help="fp8_d128: d=128, lean P; fp8_d192: d_qk=192, d_v=128, exact P")
+    r.add_argument("--kernel", required=True, choices=_kernel_names(),
+                   help="a gfx950 kernel of the manifest, e.g. fp8_d128 (d=128, lean P), fp8_d192 (d_qk=192, "
+                        "d_v=128, exact P), bf16_d128, bf16_d192 (HIP C++, BF16 inputs), fp8_d128_wide, "
+                        "fp8_d192_wide (HIP C++, 64-bit offsets; built from source)")
     r.add_argument("--seqlen", type=int, default=512, help="sequence length, a multiple of 256 (default 512)")
     r.add_argument("--heads", type=int, default=2, help="query heads (default 2)")
     r.add_argument("--kv-heads", type=int, default=None, help="key/value heads, dividing --heads (default: MHA)")

@@ -51,7 +51,9 @@ def _as_fp8_bytes(name: str, t) -> np.ndarray:
         return t.contiguous().view(torch.uint8).numpy()
     if t.dtype == torch.uint8:
         return t.contiguous().numpy()
-    raise TypeError(f"{name} must be torch.float8_e4m3fn (or its uint8 bit patterns), got {t.dtype}")
+    if t.dtype == torch.bfloat16:  # the BF16 kernels (asmgen.hip): 16-bit patterns
+        return t.contiguous().view(torch.int16).numpy()
+    raise TypeError(f"{name} must be torch.float8_e4m3fn (or its uint8 bit patterns) or torch.bfloat16, got {t.dtype}")
 
 
 def _descale(name: str, value, batch: int, heads_k: int) -> np.ndarray:

@@ -44,4 +44,5 @@ def table() -> list[tuple[str, str, str]]:
 
 
 # The instruction families register themselves through `define` when imported.
-from . import memops, mfma, salu, valu  # noqa: E402, F401
+# (compiled_ops and mfma_bf16: the instructions clang emits for the HIP kernels of asmgen/hip.)
+from . import compiled_ops, memops, mfma, mfma_bf16, salu, valu  # noqa: E402, F401

@@ -486,8 +486,8 @@ def test_direct_to_lds_buffer_load():
 
 
 def test_unmodelled_instruction_is_named():
-    with pytest.raises(SimError, match="not modelled by the simulator: v_add_co_u32"):
-        run_snippet("  v_add_co_u32 v2, vcc, v2, v1\n", None, 1)
+    with pytest.raises(SimError, match="not modelled by the simulator: v_sin_f32"):
+        run_snippet("  v_sin_f32 v2, v1\n", None, 1)
 
 
 def test_global_load_with_64bit_vgpr_address_and_fault():

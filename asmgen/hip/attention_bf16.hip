@@ -1,0 +1,216 @@
+// Causal BF16 forward attention for gfx950 (MI355X): a persistent grid walks the paired job table; each job is
+// two 256-row query tiles of one (batch, head), computed by 8 waves of 32 rows over 64-key tiles in ping-pong
+// (key_loop: waves 4-7 half an iteration behind waves 0-3).
+//
+// Built once per configuration with -D ZYFA_SYMBOL=<name> -D ZYFA_D_QK=<d_qk> -D ZYFA_D_V=<d_v> -D ZYFA_TAU=<tau>
+// (asmgen/hip/kernels.py). The numerics are zyfa.numerics' p_mode "bf16" with key_tile 64, rowsum "fp32".
+//
+// Layouts (v_mfma_f32_32x32x16_bf16; lane l, g = l / 32):
+//  * scores transposed, S^T = K Q^T: A = K (lane l: key l % 32, d slots 8g..8g+7 of each 16-wide chunk), B = Q^T
+//    (lane l: query l % 32, the same d slots), held in registers for the whole query tile. Output register r of
+//    lane l is key 8(r/4) + 4g + r%4 (of a 32-key half), query l % 32: each lane owns one query's scores, max, sum
+//    and output; lanes l and l ^ 32 share a query.
+//  * P is then already the B operand of O^T = V^T P^T: MFMA (half h, step j) takes the lane's registers 8j..8j+7,
+//    whose slot 8g + i is key 32h + 16j + 8(i/4) + 4g + i%4. The A operand V^T must hold the same keys: V is
+//    stored transposed in LDS ([d_v][key]) so a lane reads its 8 keys with two 8-byte reads.
+#include "attention.h"
+
+constexpr int CHUNK = 16;  // contraction depth of one MFMA
+constexpr int QK_CHUNKS = D_QK / CHUNK;
+constexpr int K_STRIDE = D_QK + 8;     // LDS row pitch of K in elements (16 bytes of padding: fewer bank conflicts)
+constexpr int VT_STRIDE = TILE_N + 4;  // LDS row pitch of V^T in elements (8-byte aligned reads)
+constexpr int VEC = LOAD_BYTES / 2;    // elements per global load
+static_assert(D_QK % CHUNK == 0 && D_V % 32 == 0, "head dims must be multiples of 16 (d_qk) and 32 (d_v)");
+static_assert((TILE_N * D_QK / VEC) % THREADS == 0 && (TILE_N * D_V / VEC) % THREADS == 0, "whole loads per thread");
+
+typedef Params<bf16> P;
+
+constexpr int SLOTS = 2;                                 // K and V^T tiles in LDS: one read while one is written
+constexpr int K_LOADS = TILE_N * D_QK / VEC / THREADS;   // 16-byte loads per thread and tile
+constexpr int V_LOADS = TILE_N * D_V / VEC / THREADS;
+constexpr int GROUP_B = WAVES / 2;                       // waves 4-7: one barrier behind waves 0-3
+
+struct Lds {
+  bf16 k[SLOTS][TILE_N * K_STRIDE];
+  bf16 vt[SLOTS][D_V * VT_STRIDE];
+};
+
+// A thread's share of one key tile, between its global loads and its LDS writes.
+struct Staged {
+  bf16x8 k[K_LOADS], v[V_LOADS];
+};
+
+ZYFA_DEVICE void fetch(Staged& st, const P& p, int b, int hk, int key0, int tid) {
+#pragma unroll
+  for (int j = 0; j < K_LOADS; ++j) {
+    const int i = tid + j * THREADS, row = i / (D_QK / VEC), col = i % (D_QK / VEC) * VEC;
+    st.k[j] = *(const bf16x8*)&p.k[offset(p.k_stride, b, key0 + row, hk) + col];
+  }
+#pragma unroll
+  for (int j = 0; j < V_LOADS; ++j) {
+    const int i = tid + j * THREADS, row = i / (D_V / VEC), col = i % (D_V / VEC) * VEC;
+    st.v[j] = *(const bf16x8*)&p.v[offset(p.v_stride, b, key0 + row, hk) + col];
+  }
+}
+
+// K row-major, V transposed ([d_v][key]) into LDS slot `slot`.
+ZYFA_DEVICE void store(Lds& lds, int slot, const Staged& st, int tid) {
+#pragma unroll
+  for (int j = 0; j < K_LOADS; ++j) {
+    const int i = tid + j * THREADS, row = i / (D_QK / VEC), col = i % (D_QK / VEC) * VEC;
+    *(bf16x8*)&lds.k[slot][row * K_STRIDE + col] = st.k[j];
+  }
+#pragma unroll
+  for (int j = 0; j < V_LOADS; ++j) {
+    const int i = tid + j * THREADS, row = i / (D_V / VEC), col = i % (D_V / VEC) * VEC;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) lds.vt[slot][(col + e) * VT_STRIDE + row] = st.v[j][e];
+  }
+}
+
+// Softmax of one score tile (x = c s, the causal mask, lazy rescaling, p = 2^(x - m)) and O += bf16(p) V.
+ZYFA_DEVICE void softmax_pv(const Lds& lds, int slot, f32x16 (&s)[2], float& m, float& l, f32x16 (&o)[DV_BLOCKS],
+                            float c, int key0, int q0, int query, int g, int lane) {
+  // x = c s, the causal mask where the tile reaches past the wave's first row, and the tile maximum.
+  const bool masked = key0 + TILE_N - 1 > q0;
+  float tile_max = NEG_INF;
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      const int key = key0 + 32 * half + key_of_register(r, g);
+      float x = c * s[half][r];
+      if (masked && key > query) x = NEG_INF;
+      s[half][r] = x;
+      tile_max = fmax(tile_max, x);
+    }
+  tile_max = max_halves(tile_max);
+
+  // Lazy rescaling: m moves only when the tile's maximum exceeds it by more than tau.
+  if (tile_max > m + TAU) {
+    const float alpha = exp2(m - tile_max);
+    m = tile_max;
+    l *= alpha;
+#pragma unroll
+    for (int d = 0; d < DV_BLOCKS; ++d) o[d] *= alpha;
+  }
+
+  // p = 2^(x - m) in FP32; l adds the tile's sum of it unrounded (as the model: one rounding of l per tile), PV
+  // takes it as BF16.
+  bf16x8 pop[2][2];
+  float tile_sum = 0.0f;
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      const float pr = exp2(s[half][r] - m);
+      tile_sum += pr;
+      pop[half][r / 8][r % 8] = (bf16)pr;
+    }
+  l += add_halves(tile_sum);
+#pragma unroll
+  for (int d = 0; d < DV_BLOCKS; ++d)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const bf16* vt = &lds.vt[slot][(32 * d + lane % 32) * VT_STRIDE + 32 * half + 16 * j + 4 * g];
+        const bf16x4 lo = *(const bf16x4*)vt, hi = *(const bf16x4*)(vt + 8);
+        const bf16x8 vop = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
+        o[d] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(vop, pop[half][j], o[d], 0, 0, 0);
+      }
+}
+
+// Ping-pong: each key-tile iteration i is QK(i), barrier B2, softmax and PV(i), barrier B1. Group B (waves 4-7)
+// passes one extra barrier before the loop and group A (waves 0-3) one after it, so B runs one barrier (half an
+// iteration) behind A: while the waves of one group issue their QK MFMAs, those of the other (on the same SIMDs)
+// run softmax and PV. Counting barriers from the one after tile 0 is in LDS, A reads tile i between barriers
+// 2i-1 and 2i+1, B between 2i and 2i+2; every wave writes its share of tile i+1 (into the other slot) between
+// barriers 2i and 2i+1: A after its B2(i), B before its B2(i). So tile i+1 is complete before either group's
+// first read of it (A's QK(i+1) follows barrier 2i+1), and the slot it overwrites held tile i-1, whose last read
+// (B's PV(i-1)) ended at barrier 2i. Global loads run ahead of the LDS writes: A loads tile i+1 before its QK(i),
+// B loads tile i+2 after its B2(i). Waves whose rows see no key of a tile skip its compute, never a barrier.
+ZYFA_DEVICE void key_loop(Lds& lds, const P& p, const bf16x8 (&qop)[QK_CHUNKS], float& m, float& l,
+                                   f32x16 (&o)[DV_BLOCKS], float c, int b, int hk, int tile, int wave, int lane,
+                                   int tid) {
+  const int g = lane / 32, q0 = tile * TILE_M + wave * ROWS, query = q0 + lane % 32;
+  const bool late = wave >= GROUP_B;
+
+  const int key_tiles = (tile + 1) * (TILE_M / TILE_N);
+  Staged st;
+  fetch(st, p, b, hk, 0, tid);
+  store(lds, 0, st, tid);
+  barrier();  // tile 0 is in slot 0 (and every read of the previous query tile is done)
+  if (late) {
+    if (key_tiles > 1) fetch(st, p, b, hk, TILE_N, tid);
+    barrier();
+  }
+  for (int kt = 0; kt < key_tiles; ++kt) {
+    const int key0 = kt * TILE_N, slot = kt % SLOTS;
+    const bool next = kt + 1 < key_tiles, visible = key0 <= q0 + ROWS - 1;
+    if (next) {
+      if (late)
+        store(lds, 1 - slot, st, tid);
+      else
+        fetch(st, p, b, hk, key0 + TILE_N, tid);
+    }
+    f32x16 s[2] = {};
+    if (visible) {
+      __builtin_amdgcn_s_setprio(1);
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int i = 0; i < QK_CHUNKS; ++i) {
+          const bf16x8 kop =
+              *(const bf16x8*)&lds.k[slot][(32 * half + lane % 32) * K_STRIDE + CHUNK * i + 8 * g];
+          s[half] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(kop, qop[i], s[half], 0, 0, 0);
+        }
+      __builtin_amdgcn_s_setprio(0);
+    }
+    barrier();  // B2
+    if (next) {
+      if (late) {
+        if (kt + 2 < key_tiles) fetch(st, p, b, hk, key0 + 2 * TILE_N, tid);
+      } else {
+        store(lds, 1 - slot, st, tid);
+      }
+    }
+    if (visible) softmax_pv(lds, slot, s, m, l, o, c, key0, q0, query, g, lane);
+    barrier();  // B1
+  }
+  if (!late) barrier();
+}
+
+// One 256-row query tile of one (batch, head): wave `wave` takes rows tile * 256 + 32 wave + (0..31).
+ZYFA_DEVICE void query_tile(Lds& lds, const P& p, float c, int b, int h, int hk, int tile, int wave, int lane,
+                            int tid) {
+  const int g = lane / 32, query = tile * TILE_M + wave * ROWS + lane % 32;
+  bf16x8 qop[QK_CHUNKS];
+  const Offset q_at = offset(p.q_stride, b, query, h) + 8 * g;
+#pragma unroll
+  for (int i = 0; i < QK_CHUNKS; ++i) qop[i] = *(const bf16x8*)&p.q[q_at + CHUNK * i];
+  f32x16 o[DV_BLOCKS] = {};
+  float m = NEG_INF, l = 0.0f;
+  key_loop(lds, p, qop, m, l, o, c, b, hk, tile, wave, lane, tid);
+
+  // out = bf16(O / l), lse = ln 2 (m + log2 l); register r of block d is column 32 d + 8 (r/4) + 4 g + r%4.
+  const float inv_l = rcp(l);
+  const Offset out_at = offset(p.out_stride, b, query, h) + 4 * g;
+#pragma unroll
+  for (int d = 0; d < DV_BLOCKS; ++d)
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      bf16x4 y;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) y[e] = (bf16)(o[d][4 * t + e] * inv_l);
+      *(bf16x4*)&p.out[out_at + 32 * d + 8 * t] = y;
+    }
+  if (g == 0) p.lse[((Offset)b * p.heads + h) * p.seqlen + query] = LN2 * (m + log2(l));
+}
+
+ZYFA_KERNEL void ZYFA_SYMBOL(P p) {
+  ZYFA_SHARED Lds lds;
+  const int tid = thread_id(), lane = tid % WAVE, wave = uniform(tid / WAVE);
+  const float c = scale_log2e(p.softmax_scale);
+  walk_jobs(p, [&](int b, int h, int hk, int tile) { query_tile(lds, p, c, b, h, hk, tile, wave, lane, tid); });
+}
