@@ -1,6 +1,6 @@
 """Accuracy of attention numerics: error against float64 attention on the same quantized inputs.
 
-    python -m zyfa_tools.accuracy                      # the tables of docs/accuracy.md (about 10 minutes, 2 cores)
+    python -m zyfa_tools.accuracy                      # the tables of docs/accuracy.md (tens of minutes on 2 cores)
     python -m zyfa_tools.accuracy --quick              # tiny shapes, seconds: checks the harness works
     python -m zyfa_tools.accuracy --json out.json --plot out.png
 
@@ -39,7 +39,7 @@ INPUTS = {
     "sink12": functools.partial(inputs.activation_like, sink_binades=12.0),
     "sink20": functools.partial(inputs.activation_like, sink_binades=20.0),
 }
-DEFAULT_NAME, PEER_NAME = "exact", "fa3-like"  # the ratio the done criteria of the FP8 contract are about
+DEFAULT_NAME, PEER_NAME = "exact", "fa3-like"  # the ratio the FP8 contract's accuracy criteria are about
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ def summary(results: list[dict]) -> list[str]:
 
 
 def criteria(results: list[dict]) -> list[str]:
-    """The FP8 contract's done criteria against FA3-like numerics, case by case: PASS or FAIL with the ratio."""
+    """The FP8 contract's accuracy criteria against FA3-like numerics, case by case: PASS or FAIL with the ratio."""
     lines = []
     for r in results:
         errors = r["errors"]
@@ -269,7 +269,7 @@ def main(argv=None) -> int:
         prog="python -m zyfa_tools.accuracy",
         description=__doc__.split("\n\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=legend() + "\n\nProgress goes to stderr; the tables, the done criteria and the ratios to stdout.",
+        epilog=legend() + "\n\nProgress goes to stderr; the tables, the accuracy criteria and the ratios to stdout.",
     )
     parser.add_argument("--shapes", type=_shape, nargs="+", default=list(DEFAULT_SHAPES), metavar="S:H:HK",
                         help="sequence length, query heads and kv heads of each case (batch 1; default: "
@@ -306,7 +306,7 @@ def main(argv=None) -> int:
     print(legend(variants))
     print("\nThe contract's lse bounds against the largest lse error over the cases:")
     print("\n".join(lse_lines(results, variants)))
-    print("\nDone criteria of the FP8 contract (default = exact):")
+    print("\nAccuracy criteria of the FP8 contract (default = exact):")
     print("\n".join(criteria(results)) or "(needs the exact and fa3-like configurations)")
     print("\nError ratios, geometric mean over the cases of each kind of input:")
     print("\n".join(summary(results)))
