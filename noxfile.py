@@ -42,6 +42,8 @@ TARGETS = ("sm90a", "gfx950")
 LLVM = ("clang-22", "ld.lld-22", "llvm-mc-22", "llvm-objdump-22", "llvm-readelf-22")
 BUILD_TOOLS = ("-r", "asmgen/build-requirements.txt")  # nvcc, cuobjdump, nvdisasm, tinygrad from PyPI
 ROOT = Path(__file__).resolve().parent
+# zyfa-tools' [hf] extra at the versions its tests ran with (the transformers integration is tested on the CPU)
+HF_TEST_PACKAGES = ("transformers==5.24.0", "safetensors==0.8.0")
 
 
 def _has_gpu() -> bool:
@@ -64,7 +66,7 @@ def _install(session: nox.Session, *extra: str) -> None:
 
 def _run_tests(session: nox.Session) -> None:
     _ensure_llvm(session)
-    _install(session, "pytest", "hypothesis", "numpy", "matplotlib", *BUILD_TOOLS)
+    _install(session, "pytest", "hypothesis", "numpy", "matplotlib", *HF_TEST_PACKAGES, *BUILD_TOOLS)
     session.run("python", "-m", "asmgen.build", "--check")
     session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "packages", "asmgen", *session.posargs)
 
