@@ -83,7 +83,8 @@ def gfx950_kernels() -> dict[tuple[int, int], object]:
 def model_settings(kernel, backend: str) -> dict:
     """The numerics model's configuration of what runs: the kernel's own, or the reference backend's key tile."""
     key_tile = reference_backend.KEY_TILE if backend == "reference" else kernel.tile_n
-    return {"p_mode": kernel.p_mode, "key_tile": key_tile, "scale_block": kernel.scale_block,
+    return {"p_mode": kernel.p_mode, "p_shift": kernel.p_shift, "rowsum": kernel.rowsum, "key_tile": key_tile,
+            "block_scale": kernel.scale_block is not None, "scale_block": kernel.scale_block or kernel.tile_n,
             "rescale_threshold": kernel.rescale_threshold}
 
 

@@ -42,9 +42,11 @@ MFMA_ACC_REGS = 16  # 32x32 FP32 outputs per lane
 MFMA_OPERAND_REGS = 8  # 64 fp8 per lane
 LDS_LIMIT = 163840
 TAU = 0.125  # lazy rescaling threshold (FP8), base-2 units
+P_SHIFT = 8  # P is written 2^8 larger before its e4m3 rounding (the contract's P offset); it cancels in O / l
 LEAN_CODE_OF_ONE = 56  # e4m3 bit pattern of 1.0; the code grows by 8 per doubling
 LEAN_CODE_PER_DOUBLING = 8
-LEAN_CODE_RANGE = 64  # lean P forms z = (8y + 56) / 64, clamps it to [0, 1], then rounds 64 z to an integer
+LEAN_CODE_MAX = LEAN_CODE_OF_ONE + LEAN_CODE_PER_DOUBLING * P_SHIFT  # 120 = e4m3 2^8: the code of y = 0
+LEAN_CODE_RANGE = 128  # lean P forms z = (8y + 120) / 128, clamps it to [0, 1], then rounds 128 z to an integer
 ROUND_MAGIC = 1.5 * 2.0**23  # x + ROUND_MAGIC (|x| < 2^22) rounds x to an integer held in the low mantissa bits
 FP8_ONES = 0x38383838  # four e4m3 1.0 bytes: the A operand that turns the PV MFMA into a row sum
 LOG2E = 1.4426950408889634
@@ -111,6 +113,7 @@ class Variant:
     d_qk: int
     d_v: int
     p_mode: str  # "lean" or "exact"
+    p_mode_default: bool  # what a call that names no p_mode gets at these head dims
 
     @property
     def symbol(self) -> str:
@@ -253,12 +256,16 @@ class KernelGen:
         pairs = {"c": "c = scale*log2(e)*qd*kd, twice", "neg_m": "-m (low register)",
                  "e": "block exponent e (low register)", "fac": "2^-e (low register)",
                  "alpha": "lazy rescale factor 2^(m_old - m) (low register)",
-                 "lean_z": "lean P: (1/8, 7/8): z = y/8 + 7/8 = (8y + 56) / 64",
-                 "lean_round": "lean P: (64, 1.5*2^23): 64 z + 1.5*2^23 = the code in the low byte",
                  "scale": "v_descale / l (epilogue), twice"}
+        if k.p_mode == "lean":
+            pairs["lean_z"] = "lean P: (1/16, 15/16): z = y/16 + 15/16 = (8y + 120) / 128"
+            pairs["lean_round"] = "lean P: (128, 1.5*2^23): 128 z + 1.5*2^23 = the code in the low byte"
+        else:
+            pairs["p_offset"] = "exact P: 2^8, the P offset (low register)"
         self.pair = {n: r.alloc(f"v_{n}2", "v", 2, p, align=2) for n, p in pairs.items()}
-        self.pair["zoff"] = r.alias("v_zoff2", self.pair["alpha"], 0, 2,
-                                    "lean P where every e >= 0: (e + 7) / 8 (after the lazy rescale)")
+        if k.p_mode == "lean":
+            self.pair["zoff"] = r.alias("v_zoff2", self.pair["alpha"], 0, 2,
+                                        "lean P where every e >= 0: (e + 15) / 16 (after the lazy rescale)")
         self.v_kload = r.alloc("k_ring_off", "v", self.loads_k, "global offsets of this lane's K ring loads")
         self.v_vload = r.alloc("v_ring_off", "v", self.loads_v, "global offsets of this lane's V ring loads")
         self.q = r.alloc("q_op", "v", MFMA_OPERAND_REGS * k.qk_chunks, "Q^T B operands, one per 64 of d_qk",
@@ -332,10 +339,10 @@ class KernelGen:
         for i, sel in enumerate((PERM_INTERLEAVE_LO, PERM_INTERLEAVE_HI, PERM_HALVES_LO, PERM_HALVES_HI)):
             e.op("s_mov_b32", self.s_perm[i], hex(sel))
         e.op("v_mov_b32", v["neg_inf"], hex(NEG_INF))
-        for name, values in (("lean_z", (LEAN_CODE_PER_DOUBLING / LEAN_CODE_RANGE,
-                                          LEAN_CODE_OF_ONE / LEAN_CODE_RANGE)),
-                             ("lean_round", (LEAN_CODE_RANGE, ROUND_MAGIC))):
-            for i, value in enumerate(values):
+        constants = {"lean_z": (LEAN_CODE_PER_DOUBLING / LEAN_CODE_RANGE, LEAN_CODE_MAX / LEAN_CODE_RANGE),
+                     "lean_round": (LEAN_CODE_RANGE, ROUND_MAGIC), "p_offset": (2.0**P_SHIFT,)}
+        for name, values in constants.items():
+            for i, value in enumerate(values if name in self.pair else ()):
                 e.op("v_mov_b32", self.pair[name][i], hex(f32_bits(float(value))))
         for i in range(self.ones.count):
             e.op("v_mov_b32", self.ones[i], hex(FP8_ONES))
@@ -695,9 +702,11 @@ class KernelGen:
         for r in xp:
             e.op("v_pk_add_f32", r, r, pr["e"].all, mods="op_sel_hi:[1,0]", note="(x - m) + e")
         e.label(f".Lblock_exp_done{self.sfx}")
-        e.comment("exact P: P8 = e4m3(2^y), round to nearest even")
+        e.comment("exact P: P8 = e4m3(2^y * 2^8), round to nearest even (the offset is exact: 2^y >= 2^-126 or 0)")
         for r in x:
             e.op("v_exp_f32", r, r)
+        for r in xp:
+            e.op("v_pk_mul_f32", r, pr["p_offset"].all, r, mods="op_sel_hi:[0,1]")
         for g in range(self.p.count):
             b = x[4 * g:4 * g + 4]
             e.op("v_cvt_pk_fp8_f32", self.p[g], b[0], b[1])
@@ -709,15 +718,17 @@ class KernelGen:
         e.op("v_ldexp_f32", pr["fac"][0], 1.0, self.v["ei"], note="2^-e, exact")
 
     def _lean_p(self, x: list[str], xp: list[str]) -> None:
-        """code = max(0, rne(8y + 56)) in two packed FMAs per element pair and 3 byte permutes per 4 codes.
+        """code = max(0, rne(8y + 120)) (P written 2^8 larger: 120 is the e4m3 code of 2^8) in two packed FMAs
+        per element pair and 3 byte permutes per 4 codes.
 
-        z = fl(y/8 + 7/8) = fl(8y + 56) / 64 exactly (scaling by a power of two commutes with rounding; 8y + 56 is
-        far from FP32's subnormal range), so z carries the model's one FP32 rounding of 8y + 56. The clamp modifier
-        limits z to [0, 1]: negative values and -inf become 0, which is the model's max(0, .) because rne of a
-        negative value is <= 0, and y <= 0 keeps z <= 7/8. Then 64 z (exact) + 1.5*2^23 rounds to nearest even
-        onto the integer grid of [2^23, 2^24): the FP32 result is 0x4B400000 + code, so its low byte is the code."""
+        z = fl(y/16 + 15/16) = fl(8y + 120) / 128 exactly (scaling by a power of two commutes with rounding;
+        8y + 120 is far from FP32's subnormal range), so z carries the model's one FP32 rounding of 8y + 120. The
+        clamp modifier limits z to [0, 1]: negative values and -inf become 0, which is the model's max(0, .)
+        because rne of a negative value is <= 0, and y <= 0 keeps z <= 15/16. Then 128 z (exact) + 1.5*2^23 rounds
+        to nearest even onto the integer grid of [2^23, 2^24): the FP32 result is 0x4B400000 + code, so its low
+        byte is the code (at most 120)."""
         e, s, pr = self.e, self.s, self.pair
-        e.comment("lean P: z = clamp((8y + 56) / 64, 0, 1), then 64 z + 1.5*2^23 holds rne(8y + 56) in its low")
+        e.comment("lean P: z = clamp((8y + 120) / 128, 0, 1), then 128 z + 1.5*2^23 holds rne(8y + 120) in its low")
         e.comment("byte; v_perm_b32 gathers the low bytes of 4 results into one P register")
 
         def z_step(offset: str, sel: str, note: str) -> None:
@@ -731,22 +742,22 @@ class KernelGen:
         e.op("s_or_b32", s["tmp"], self.s_pair[0], self.s_pair[1])
         e.op("s_cbranch_scc1", f".Lexp_negative{self.sfx}")
         e.comment("every e >= 0: t = x - m <= -e, so t + e is exact (|t + e| <= |t|, e an integer), and with it")
-        e.comment("z = t/8 + (e + 7)/8 (exact offset for e < 2^24 - 7; larger e has 2^-e = 0): one FMA for y and z")
-        e.op("v_fma_f32", pr["zoff"][0], pr["e"][0], pr["lean_z"][0], pr["lean_z"][1], note="(e + 7) / 8")
-        z_step(pr["zoff"].all, "00", "z = (x - m) / 8 + (e + 7) / 8 in [0, 1]")
+        e.comment("z = t/16 + (e + 15)/16 (exact offset for e < 2^24 - 15; larger e has 2^-e = 0): one FMA for y and z")
+        e.op("v_fma_f32", pr["zoff"][0], pr["e"][0], pr["lean_z"][0], pr["lean_z"][1], note="(e + 15) / 16")
+        z_step(pr["zoff"].all, "00", "z = (x - m) / 16 + (e + 15) / 16 in [0, 1]")
         e.op("s_branch", f".Lz_done{self.sfx}")
         e.label(f".Lexp_negative{self.sfx}")
         e.comment("some e = -1: y = (x - m) + e rounds in general, so as the model: y first, then z")
         for r in xp:
             e.op("v_pk_add_f32", r, r, pr["e"].all, mods="op_sel_hi:[1,0]", note="y = (x - m) + e")
-        z_step(pr["lean_z"].all, "11", "z = y * 1/8 + 7/8 in [0, 1]")
+        z_step(pr["lean_z"].all, "11", "z = y * 1/16 + 15/16 in [0, 1]")
         e.op("s_branch", f".Lz_done{self.sfx}")
         e.label(f".Lexp_zero{self.sfx}")
-        z_step(pr["lean_z"].all, "11", "z = y * 1/8 + 7/8 in [0, 1] (y = x - m)")
+        z_step(pr["lean_z"].all, "11", "z = y * 1/16 + 15/16 in [0, 1] (y = x - m)")
         e.label(f".Lz_done{self.sfx}")
         for r in xp:
             e.op("v_pk_fma_f32", r, r, pr["lean_round"].all, pr["lean_round"].all,
-                 mods="op_sel:[0,0,1] op_sel_hi:[1,0,1]", note="z * 64 + 1.5*2^23 = 0x4B400000 + code")
+                 mods="op_sel:[0,0,1] op_sel_hi:[1,0,1]", note="z * 128 + 1.5*2^23 = 0x4B400000 + code")
         gather, halves = self.s_perm[0], self.s_perm[2]
         for g in range(self.p.count):
             b = x[4 * g:4 * g + 4]
@@ -825,7 +836,7 @@ class KernelGen:
 
     def epilogue(self) -> None:
         e, s, v, scale = self.e, self.s, self.v, self.pair["scale"]
-        e.section("epilogue: O / l * v_descale -> BF16, lse = ln2 * (m + log2 l)")
+        e.section("epilogue: O / l * v_descale -> BF16, lse = ln2 * (m + (log2 l - 8)) (l is 2^8 too large)")
         e.op("v_rcp_f32", v["tmp"], self.l)
         e.op("v_mul_f32", scale[0], s["vd"], v["tmp"])
         e.op("v_mov_b32", scale[1], scale[0])
@@ -842,6 +853,8 @@ class KernelGen:
             e.op("buffer_store_dwordx2", self.out_pk.span(2 * r, 2), v["o_off"], self.srd["out"].all, s["soff"],
                  mods=f"offen offset:{col * BYTES_BF16}")
         e.op("v_log_f32", v["tmp"], self.l)
+        e.op("v_add_f32", v["tmp"], hex(f32_bits(-float(P_SHIFT))), v["tmp"],
+             note="log2 l - 8, exact: l >= 2^7 (the largest P of a row is), so log2 l lies in [7, 2^26)")
         e.op("v_add_f32", v["tmp"], v["m"], v["tmp"])
         e.op("v_mul_f32", v["tmp"], hex(f32_bits(LN2)), v["tmp"])
         e.op("s_lshl_b32", s["soff"], s["row0"], BYTES_F32.bit_length() - 1)

@@ -5,7 +5,8 @@
 
 `run` executes the committed code object of a gfx950 FP8 kernel on activation-like inputs (a sink key, outlier
 channels, RoPE, local correlation; quantized to e4m3 with one descale per tensor and KV head), compares with the
-numerics model zyfa.numerics (the kernel's p_mode and key tile) and prints, as its last line, the relative error
+numerics model zyfa.numerics (at the configuration of the kernel's manifest entry: p_mode, p_shift, tau, scale
+block, row sum, key tile) and prints, as its last line, the relative error
 ||out - model|| / ||model|| over the simulated rows.
 """
 
@@ -40,7 +41,7 @@ def run(args) -> int:
     import zyfa.numerics
     from zyfa_tools.inputs import quantize
 
-    from .attention import manifest_entry, run_attention
+    from .attention import manifest_entry, model_config, run_attention
     entry, _ = manifest_entry(args.kernel)
     (q, k, v), kind = _inputs(args.batch, args.seqlen, args.heads, args.kv_heads, entry["d_qk"], entry["d_v"],
                               args.seed, args.inputs)
@@ -53,9 +54,7 @@ def run(args) -> int:
                            progress=_progress)
     elapsed = time.time() - start
     model, model_lse = zyfa.numerics.attention(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd,
-                                               p_mode=entry["p_mode"], key_tile=entry["tile_n"],
-                                               scale_block=entry["scale_block"] or 64,
-                                               rescale_threshold=entry["rescale_threshold"], return_lse=True)
+                                               **model_config(entry), return_lse=True)
     done = result.rows_done(entry["tile_m"])
     rows = done.permute(0, 2, 1)
     out, ref = result.out.float()[rows], model.float()[rows]

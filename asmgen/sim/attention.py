@@ -45,6 +45,14 @@ def manifest_entry(kernel_name: str) -> tuple[dict, bytes]:
     return dict(kernel.fields), kernel.image()
 
 
+def model_config(entry) -> dict:
+    """The numerics model's keywords for a kernel's manifest fields (the mapping of the model's config_from_kernel:
+    key_tile = tile_n, block scaling when scale_block is set), so a comparison names no numerics by hand."""
+    return {"p_mode": entry["p_mode"], "p_shift": entry["p_shift"], "rescale_threshold": entry["rescale_threshold"],
+            "rowsum": entry["rowsum"], "key_tile": entry["tile_n"], "block_scale": entry["scale_block"] is not None,
+            "scale_block": entry["scale_block"] or entry["tile_n"]}
+
+
 def _as_fp8_bytes(name: str, t) -> np.ndarray:
     t = torch.as_tensor(t)
     if t.dtype == torch.float8_e4m3fn:

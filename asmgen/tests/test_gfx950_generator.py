@@ -229,33 +229,41 @@ def _fma32(a, b, c):
     return (np.float64(a) * np.float64(b) + np.float64(c)).astype(np.float32)
 
 
+LEAN_SLOPE = np.float32(kernel.LEAN_CODE_PER_DOUBLING / kernel.LEAN_CODE_RANGE)  # 1/16
+LEAN_OFFSET = np.float32(kernel.LEAN_CODE_MAX / kernel.LEAN_CODE_RANGE)  # 15/16
+
+
 def _lean_codes_as_the_kernel(z):
-    """The kernel's lean-P tail from z = fl(y/8 + 7/8): clamp to [0, 1], 64 z + 1.5*2^23, the low byte."""
+    """The kernel's lean-P tail from z = fl(y/16 + 15/16): clamp to [0, 1], 128 z + 1.5*2^23, the low byte."""
     z = np.clip(z, np.float32(0), np.float32(1)).astype(np.float32)
     w = _fma32(z, np.float32(kernel.LEAN_CODE_RANGE), np.float32(kernel.ROUND_MAGIC))
     return (w.view(np.uint32) & 0xFF).astype(np.uint8)
 
 
 def test_lean_code_sequence_equals_the_model():
-    """max(0, rne(8y + 56)) from two FMAs with clamp and the magic constant, bit for bit as zyfa.numerics, ties
-    and the clamp included; and the folded form for e >= 0 (z = (x - m)/8 + (e + 7)/8) equals y = (x - m) + e."""
+    """max(0, rne(8y + 120)) (P offset 2^8) from two FMAs with clamp and the magic constant, bit for bit as
+    zyfa.numerics with p_shift 8, ties and the clamp included; and the folded form for e >= 0
+    (z = (x - m)/16 + (e + 15)/16) equals y = (x - m) + e."""
+    assert kernel.P_SHIFT == 8 and kernel.LEAN_CODE_MAX == 120 and kernel.LEAN_CODE_MAX < kernel.LEAN_CODE_RANGE
     rng = np.random.default_rng(0)
-    halves = ((np.arange(-80, 8) + 0.5 - kernel.LEAN_CODE_OF_ONE) / 8).astype(np.float32)  # 8y + 56 half-integers
+    halves = ((np.arange(-130, 8) + 0.5 - kernel.LEAN_CODE_MAX) / 8).astype(np.float32)  # 8y + 120 half-integers
     near = np.concatenate([halves, np.nextafter(halves, np.float32(-np.inf)), np.nextafter(halves, np.float32(np.inf))])
-    y = np.concatenate([rng.uniform(-12, 0, 200_000), -rng.exponential(1.0, 100_000), near,
-                        [0.0, -np.inf, -1e30, -7.0625, -2.0**-20]]).astype(np.float32)
-    y = y[(y == 0) | (np.abs(y) >= 2.0**-20)]
-    model = numerics.lean_codes(torch.from_numpy(y)).numpy()
-    z = _fma32(y, np.float32(1 / 8), np.float32(7 / 8))
+    y = np.concatenate([rng.uniform(-18, 0, 200_000), -rng.exponential(1.0, 100_000), near,
+                        [0.0, -np.inf, -1e30, -15.0625, -2.0**-20]]).astype(np.float32)
+    y = y[(y <= 0) & ((y == 0) | (np.abs(y) >= 2.0**-20))]
+    codes = lambda y: numerics.lean_codes(torch.from_numpy(y), kernel.P_SHIFT).numpy()  # noqa: E731
+    model = codes(y)
+    assert model.max() == kernel.LEAN_CODE_MAX and model.min() == 0
+    z = _fma32(y, LEAN_SLOPE, LEAN_OFFSET)
     assert np.array_equal(_lean_codes_as_the_kernel(z), model)
 
     for e in (0, 1, 2, 3, 7, 20, 1000):
-        t = (-e - rng.uniform(0, 12, 50_000)).astype(np.float32)  # x - m <= -e for every key of the block
-        t = np.concatenate([t, (near - e).astype(np.float32), [np.float32(-e), np.float32(-np.inf)]])
+        t = (-e - rng.uniform(0, 18, 50_000)).astype(np.float32)  # x - m <= -e for every key of the block
+        t = np.concatenate([t, (near[near <= 0] - e).astype(np.float32), [np.float32(-e), np.float32(-np.inf)]])
         y_model = (t + np.float32(e)).astype(np.float32)
         assert np.array_equal(y_model.astype(np.float64), t.astype(np.float64) + e)  # exact, as the kernel assumes
-        z_fold = _fma32(t, np.float32(1 / 8), _fma32(np.float32(e), np.float32(1 / 8), np.float32(7 / 8)))
-        assert np.array_equal(_lean_codes_as_the_kernel(z_fold), numerics.lean_codes(torch.from_numpy(y_model)).numpy())
+        z_fold = _fma32(t, LEAN_SLOPE, _fma32(np.float32(e), LEAN_SLOPE, LEAN_OFFSET))
+        assert np.array_equal(_lean_codes_as_the_kernel(z_fold), codes(y_model))
 
 
 def test_schedule_cases_order_and_paths():
@@ -266,6 +274,6 @@ def test_schedule_cases_order_and_paths():
              schedule.analyse(t, scaled_pv=True, negative_e=True, with_rescale=True)]
     cycles = [c.other_cycles for c in cases]
     assert cycles == sorted(cycles)
-    assert cases[2].counts["valu"] - cases[1].counts["valu"] == 16 - 1  # y adds, less the (e + 7)/8 FMA
+    assert cases[2].counts["valu"] - cases[1].counts["valu"] == 16 - 1  # y adds, less the (e + 15)/16 FMA
     body = schedule.steady_state_body(t)
     assert not any(line.startswith(("v_rndne_f32", "v_cvt_u32_f32")) for line in body)

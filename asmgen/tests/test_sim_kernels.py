@@ -12,7 +12,7 @@ import torch
 import asmgen.gfx950 as gfx950
 import zyfa.numerics as zyfa_numerics
 from asmgen.sim import HazardError, SimError
-from asmgen.sim.attention import manifest_entry, run_attention
+from asmgen.sim.attention import manifest_entry, model_config, run_attention
 from zyfa_tools import inputs
 
 KERNELS = ("fp8_d128", "fp8_d192")
@@ -34,9 +34,7 @@ def problem(kernel: str, kind: str, seqlen: int, heads: int, heads_k: int, seed:
     q8, k8, v8, d = inputs.quantize(q, k, v, torch.float8_e4m3fn)
     descales = (d["q_descale"], d["k_descale"], d["v_descale"])
     model, lse = zyfa_numerics.attention(q8, k8, v8, q_descale=descales[0], k_descale=descales[1],
-                                         v_descale=descales[2], p_mode=entry["p_mode"], key_tile=entry["tile_n"],
-                                         scale_block=entry["scale_block"],
-                                         rescale_threshold=entry["rescale_threshold"], return_lse=True)
+                                         v_descale=descales[2], **model_config(entry), return_lse=True)
     return entry, (q8, k8, v8), descales, model, lse
 
 
