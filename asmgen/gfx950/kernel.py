@@ -68,6 +68,7 @@ VT_SLOTS = 2  # V^T operand slots in LDS: tile n is read while tile n+1 is writt
 KEY_LOOP_UNROLL = RING_SLOTS  # key tiles per pass of the loop: every slot index is then a constant
 DS_OFFSET_LIMIT = 65535  # the 16-bit offset field of LDS instructions
 KEY_GROUP = 4  # keys per 4x4 byte transpose = V^T operand bytes per register
+MASK_LAG = 2  # causal mask: compares issued ahead of their selects (the VALU SGPR write -> VALU read distance)
 MAGIC_DIV3 = (43691, 17)  # floor(x / 3) == (x * 43691) >> 17 for x < 2^15
 
 ARGS = [("q", "ptr"), ("k", "ptr"), ("v", "ptr"), ("out", "ptr"), ("lse", "ptr"), ("q_descale", "ptr"),
@@ -220,6 +221,7 @@ class KernelGen:
                     for t in ("q", "k", "v", "out", "lse")}
         self.s_job_row = r.alloc("job_row", "s", 4, "job: batch, head, tile_lo, tile_hi", align=4)
         self.s_pair = r.alloc("tmp64", "s", 2, "64-bit temporary / compare mask", align=2)
+        self.s_mask = r.alloc("mask64", "s", 2, "causal mask: a second compare result in flight", align=2)
         self.s_perm = r.alloc("perm_sel", "s", 4, "v_perm_b32 selectors of the V transpose")
         names = ["job", "grid", "wave", "group_b", "grp", "hk", "acc", "tile", "num_tiles", "row0", "key_tile", "key0",
                  "active", "scaled", "soff", "lds", "share_k", "share_v", "tmp", "tmp2", "qd",
@@ -652,11 +654,19 @@ class KernelGen:
         e.op("s_cbranch_scc1", f".Lmask_done{self.sfx}")
         e.op("s_sub_u32", s["tmp"], s["key0"], s["row0"])
         e.op("v_sub_u32", v["thr"], v["mask_base"], s["tmp"], note="query - key of slot 0, per lane")
-        for j in range(2):
-            for r in range(MFMA_ACC_REGS):
-                key_rel = MFMA_ROWS * j + 8 * (r // 4) + r % 4
-                e.op("v_cmp_le_i32", "vcc", key_rel, v["thr"])
-                e.op("v_cndmask_b32", x[MFMA_ACC_REGS * j + r], v["neg_inf"], x[MFMA_ACC_REGS * j + r], "vcc")
+        e.comment(f"compares run {MASK_LAG} ahead of the selects, rotating over VCC and two SGPR pairs, so each")
+        e.comment("v_cndmask finds its mask 2 wait states old (a VALU-written SGPR read by a VALU) without padding")
+        masks = ["vcc", self.s_pair.all, self.s_mask.all]
+        slots = [(j, r) for j in range(2) for r in range(MFMA_ACC_REGS)]
+        for i in range(len(slots) + MASK_LAG):
+            if i < len(slots):
+                j, r = slots[i]
+                e.op("v_cmp_le_i32", masks[i % len(masks)], MFMA_ROWS * j + 8 * (r // 4) + r % 4, v["thr"],
+                     note="key of the slot <= query")
+            if i >= MASK_LAG:
+                j, r = slots[i - MASK_LAG]
+                reg = x[MFMA_ACC_REGS * j + r]
+                e.op("v_cndmask_b32", reg, v["neg_inf"], reg, masks[(i - MASK_LAG) % len(masks)])
         e.label(f".Lmask_done{self.sfx}")
         e.comment("tile maximum over this lane's 32 keys, then the other half-wave's 32")
         e.op("v_max3_f32", v["mt"], x[0], x[1], x[2])

@@ -132,8 +132,10 @@ def test_fault_injected_variant_is_caught(kernel, fault):
 
 
 @pytest.mark.parametrize("padding,match", [
-    (r"s_nop ([3-9]|1[0-5])\b", r"MFMA hazard: .*`v_mfma_f32_32x32x64_f8f6f4 .* after \d+ wait states; 20 required"),
-    (r"s_nop \d+\b", r"hazard: .*s_mov_b32 m0.*after 0 wait states; 1 required"),
+    (r"s_nop ([3-9]|1[0-5])\b",
+     r"MFMA hazard \(mfma_write_read\): .*`v_mfma_f32_32x32x64_f8f6f4 .* after \d+ wait states; 20 required"),
+    (r"s_nop \d+\b", r"hazard \(valu_vgpr_readlane\): .*`v_lshrrev_b32.*v_readfirstlane_b32.*after 0 wait states; "
+                     r"1 required"),
 ])
 def test_kernel_without_its_hazard_padding_raises(padding, match):
     """Remove the generator's s_nop padding (the long MFMA pads, or all of them): the simulator names the pair."""
