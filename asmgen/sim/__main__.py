@@ -1,6 +1,7 @@
 """Command line of the gfx950 simulator.
 
     python -m asmgen.sim run --kernel fp8_d128 --seqlen 512 --heads 4 --kv-heads 1 --seed 0
+    python -m asmgen.sim run --kernel fp8_d128_exact --seqlen 256 --heads 2 --kv-heads 1
     python -m asmgen.sim table          # the implemented instructions and the source of their semantics
 
 `run` executes the committed code object of a gfx950 FP8 kernel on activation-like inputs (a sink key, outlier
@@ -26,6 +27,13 @@ def _inputs(batch, seqlen, heads, heads_k, d_qk, d_v, seed, kind):
     if kind == "activation" and hasattr(inputs, "activation_like"):
         return inputs.activation_like(batch, seqlen, heads, heads_k, d_qk, d_v, seed=seed), "activation-like"
     return inputs.gaussian(batch, seqlen, heads, heads_k, d_qk, d_v, seed=seed, std=1.0), "gaussian"
+
+
+def _fp8_kernels() -> dict[str, dict]:
+    """The committed gfx950 FP8 kernels of the manifest, by name."""
+    import zyfa_kernels
+    return {k.name: k.fields for k in zyfa_kernels.manifest().kernels if k.target == "gfx950" and
+            k.dtype == "fp8e4m3"}
 
 
 def _progress(done: int, total: int) -> None:
@@ -81,8 +89,10 @@ def main(argv: list[str] | None = None) -> int:
                        description="Simulate one causal FP8 attention call of a committed gfx950 code object on "
                                    "activation-like inputs; the last line printed is the relative error against "
                                    "zyfa.numerics.")
-    r.add_argument("--kernel", required=True, choices=("fp8_d128", "fp8_d192"),
-                   help="fp8_d128: d=128, lean P; fp8_d192: d_qk=192, d_v=128, exact P")
+    kernels = _fp8_kernels()
+    r.add_argument("--kernel", required=True, choices=sorted(kernels),
+                   help="; ".join(f"{n}: d_qk={k['d_qk']}, d_v={k['d_v']}, {k['p_mode']} P" for n, k in
+                                  sorted(kernels.items())))
     r.add_argument("--seqlen", type=int, default=512, help="sequence length, a multiple of 256 (default 512)")
     r.add_argument("--heads", type=int, default=2, help="query heads (default 2)")
     r.add_argument("--kv-heads", type=int, default=None, help="key/value heads, dividing --heads (default: MHA)")

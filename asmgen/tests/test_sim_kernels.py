@@ -15,7 +15,8 @@ from asmgen.sim import HazardError, SimError
 from asmgen.sim.attention import manifest_entry, model_config, run_attention
 from zyfa_tools import inputs
 
-KERNELS = ("fp8_d128", "fp8_d192")
+KERNELS = tuple(sorted(gfx950.VARIANTS))  # fp8_d128 (lean P), fp8_d128_exact, fp8_d192 (exact P)
+FAULT_KERNELS = ("fp8_d128", "fp8_d192")  # one per head dim: the faults are independent of the P format
 # The kernel differs from the model only in FP32 summation order and exp2's last bits: a few outputs differ by a
 # BF16 rounding step, or by more where an exact-P probability lands on the other side of an e4m3 rounding boundary
 # (observed: under 1e-4 of the elements, relative error ~3e-5); lse by float32 rounding.
@@ -73,7 +74,7 @@ def test_kernel_matches_numerics_model(kernel, kind, heads, heads_k):
     compare(entry, result, model, lse)
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", FAULT_KERNELS)
 def test_workgroups_walk_several_jobs(kernel):
     """264 heads (GQA, 4 per KV head) give 264 jobs on the 256-workgroup persistent grid: workgroups 0-3 run
     2 jobs each, of different heads."""
@@ -103,9 +104,10 @@ def test_kernel_at_seqlen_1k(kernel, heads):
     compare(entry, result, model, lse)
 
 
-def test_command_line_prints_the_relative_error_last(capsys):
+@pytest.mark.parametrize("kernel", ["fp8_d128", "fp8_d128_exact"])
+def test_command_line_prints_the_relative_error_last(capsys, kernel):
     from asmgen.sim.__main__ import LAST_LINE, main
-    assert main(["run", "--kernel", "fp8_d128", "--seqlen", "256", "--heads", "2", "--kv-heads", "1"]) == 0
+    assert main(["run", "--kernel", kernel, "--seqlen", "256", "--heads", "2", "--kv-heads", "1"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     prefix = LAST_LINE.split("{")[0]
     assert last.startswith(prefix)
@@ -115,7 +117,7 @@ def test_command_line_prints_the_relative_error_last(capsys):
 FAULT_SCHEDULES = {"drop_waitcnt": "round_robin", "bad_lds_offset": "round_robin", "drop_barrier": "greedy"}
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", FAULT_KERNELS)
 @pytest.mark.parametrize("fault", sorted(FAULT_SCHEDULES))
 def test_fault_injected_variant_is_caught(kernel, fault):
     assert fault in gfx950.FAULTS
