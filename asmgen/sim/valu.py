@@ -140,6 +140,17 @@ def v_cvt_pk_fp8_f32(w, ins, ctx):
     w.vwrite(ins.operands[0], value)
 
 
+@define("v_cvt_pk_u8_f32", VALU, "PCODE {NAME} (f32_to_u8: round to nearest even, saturate to [0, 255], NaN -> 0; "
+        "check)")
+def v_cvt_pk_u8_f32(w, ins, ctx):
+    with np.errstate(all="ignore"):
+        x = w.fread(ins.operands[1])
+        byte = np.where(np.isnan(x), 0, np.clip(np.rint(x), 0, 255)).astype(np.uint32)
+    shift = (w.vread(ins.operands[2]) & np.uint32(3)) * np.uint32(8)
+    old = w.vread(ins.operands[3])
+    w.vwrite(ins.operands[0], (old & ~(np.uint32(0xFF) << shift)) | (byte << shift))
+
+
 # --- integer and bitwise -----------------------------------------------------------------------------------------
 def _int_op(name: str, fn, arity: int) -> None:
     @define(name, VALU, "PCODE {NAME}")

@@ -46,6 +46,8 @@ CMP_LE_ASM = "v_cmp_le_i32 vcc, 3, v10"
 CMP_LE_MIR = "V_CMP_LE_I32_e32 3, $vgpr10, implicit-def $vcc, implicit $exec"
 CMP_SGPR_ASM = "v_cmp_le_i32 s[68:69], 3, v10"
 CMP_SGPR_MIR = "$sgpr68_sgpr69 = V_CMP_LE_I32_e64 3, $vgpr10, implicit $exec"
+M0_ADD_MIR = "$m0 = S_ADD_U32 $sgpr5, 64, implicit-def $scc"
+CVT_U8_MIR = "$vgpr8 = V_CVT_PK_U8_F32_e64 0, $vgpr0, 0, 0, 0, $vgpr8, 0, implicit $mode, implicit $exec"
 PATTERNS = {
     "pk_add -> exp": ("dst_sel_valu", PK_ADD_ASM, "v_exp_f32 v0, v0", PK_ADD_MIR,
                       "$vgpr0 = V_EXP_F32_e32 $vgpr0, implicit $mode, implicit $exec"),
@@ -62,6 +64,13 @@ PATTERNS = {
     "cvt_pk_fp8 op_sel -> valu": ("dst_sel_valu", "v_cvt_pk_fp8_f32 v1, v2, v3 op_sel:[0,0,1]", "v_mov_b32 v4, v1",
                                   "$vgpr1 = V_CVT_PK_FP8_F32_e64 8, $vgpr2, 0, $vgpr3, $vgpr1, 0, implicit $mode, "
                                   "implicit $exec", "$vgpr4 = V_MOV_B32_e32 $vgpr1, implicit $exec"),
+    "pk_fma -> cvt_pk_u8": ("dst_sel_valu", "v_pk_fma_f32 v[0:1], v[0:1], v[2:3], v[4:5] op_sel_hi:[1,0,0]",
+                            "v_cvt_pk_u8_f32 v8, v0, 0, 0", PK_FMA_MIR, CVT_U8_MIR),
+    "cvt_pk_u8 -> cvt_pk_u8": ("none", "v_cvt_pk_u8_f32 v8, v0, 1, v8", "v_cvt_pk_u8_f32 v8, v1, 2, v8", CVT_U8_MIR,
+                               CVT_U8_MIR.replace("$vgpr0, 0, 0", "$vgpr1, 0, 2")),
+    "cvt_pk_u8 -> mfma a": ("valu_vgpr_mfma", "v_cvt_pk_u8_f32 v0, v20, 0, 0", MFMA_ASM.format(c=0),
+                            "$vgpr0 = V_CVT_PK_U8_F32_e64 0, $vgpr20, 0, 0, 0, 0, 0, implicit $mode, implicit $exec",
+                            mfma_mir()),
     "mfma -> fmac": ("mfma_write_read", MFMA_ASM.format(c=0), "v_fmac_f32 v60, v32, v62", mfma_mir(),
                      "$vgpr60 = V_FMAC_F32_e32 $vgpr32, $vgpr62, $vgpr60, implicit $mode, implicit $exec"),
     "mfma -> pk_fma": ("mfma_write_read", MFMA_ASM.format(c=0), "v_pk_fma_f32 v[60:61], v[32:33], v[62:63], v[60:61]",
@@ -84,6 +93,14 @@ PATTERNS = {
     "m0 -> buffer_load_dword lds": ("salu_m0_lds_dma", "s_mov_b32 m0, s5", "buffer_load_dword v1, s[0:3], s4 offen lds",
                                     "$m0 = S_MOV_B32 $sgpr5", "BUFFER_LOAD_DWORD_LDS_OFFEN $vgpr1, "
                                     "$sgpr0_sgpr1_sgpr2_sgpr3, $sgpr4, 0, 0, 0, implicit $exec, implicit $m0"),
+    "m0 add -> buffer_load_dword lds": ("salu_m0_lds_dma", "s_add_u32 m0, s5, 64",
+                                        "buffer_load_dword v1, s[0:3], s4 offen lds", M0_ADD_MIR,
+                                        "BUFFER_LOAD_DWORD_LDS_OFFEN $vgpr1, $sgpr0_sgpr1_sgpr2_sgpr3, $sgpr4, 0, 0, "
+                                        "0, implicit $exec, implicit $m0"),
+    "m0 add -> buffer_load_dwordx4 lds": ("salu_m0_lds_dma", "s_add_u32 m0, s5, 64",
+                                          "buffer_load_dwordx4 v1, s[0:3], s4 offen lds", M0_ADD_MIR,
+                                          "BUFFER_LOAD_DWORDX4_LDS_OFFEN $vgpr1, $sgpr0_sgpr1_sgpr2_sgpr3, $sgpr4, "
+                                          "0, 0, 0, implicit $exec, implicit $m0"),
     "m0 -> buffer_load_dwordx4 lds": ("salu_m0_lds_dma", "s_mov_b32 m0, s5",
                                       "buffer_load_dwordx4 v1, s[0:3], s4 offen lds", "$m0 = S_MOV_B32 $sgpr5",
                                       "BUFFER_LOAD_DWORDX4_LDS_OFFEN $vgpr1, $sgpr0_sgpr1_sgpr2_sgpr3, $sgpr4, 0, 0, "

@@ -150,6 +150,27 @@ def test_transcendentals_and_rounding():
     np.testing.assert_array_equal(f[6], np.where(np.abs(scaled) < 2.0**-126, np.copysign(0, scaled), scaled))
 
 
+def test_byte_conversion_rounds_to_nearest_even_saturates_and_packs():
+    """v_cvt_pk_u8_f32 (lean P's last step): round to nearest even (ties 0.5 -> 0, 1.5 -> 2, 119.5 -> 120),
+    saturate to [0, 255] (negative and -inf -> 0, beyond -> 255), NaN -> 0, byte k of the destination replaced."""
+    special = [0.5, 1.5, 2.5, 119.5, 120.49, -3.0, -np.inf, 300.0, np.nan, 0.0]
+    x = gaussian(4, 60.0) + 60
+    x[0, :len(special)] = special
+    body = loads(2, 3, 4, 5) + """\
+  v_mov_b32 v10, 0x12345678
+  v_cvt_pk_u8_f32 v10, v2, 0, v10
+  v_cvt_pk_u8_f32 v11, v3, 1, 0
+  v_cvt_pk_u8_f32 v11, v4, 2, v11
+  v_cvt_pk_u8_f32 v11, v5, 3, v11
+""" + stores(10, 11)
+    out = run_snippet(body, x.view(np.uint32), 2)
+    with np.errstate(invalid="ignore"):
+        codes = np.where(np.isnan(x), 0, np.clip(np.rint(x), 0, 255)).astype(np.uint32)
+    np.testing.assert_array_equal(out[0], (np.uint32(0x12345600)) | codes[0])
+    np.testing.assert_array_equal(out[1], codes[1] << 8 | codes[2] << 16 | codes[3] << 24)
+    assert list(codes[0, :len(special)]) == [0, 2, 2, 120, 120, 0, 0, 255, 0, 0]
+
+
 def test_conversions_to_fp8_and_bf16_round_to_nearest_even():
     x = gaussian(2, 30.0)
     x[0, :3] = [500.0, -460.0, 0.0009]  # beyond 464 is NaN (no clamp), 460 rounds to 448, a subnormal
