@@ -76,14 +76,18 @@ def poisoned_outputs():
 
 
 def gfx950_kernels() -> dict[tuple[int, int], object]:
-    """The manifest's gfx950 FP8 kernels by (d_qk, d_v)."""
-    return {(k.d_qk, k.d_v): k for k in zyfa_kernels.manifest().kernels if k.target == TARGET and k.dtype == "fp8e4m3"}
+    """The manifest's default gfx950 FP8 kernel (p_mode_default) by (d_qk, d_v): what a call without p_mode runs."""
+    return {(k.d_qk, k.d_v): k for k in zyfa_kernels.manifest().kernels
+            if k.target == TARGET and k.dtype == "fp8e4m3" and k.p_mode_default}
 
 
 def model_settings(kernel, backend: str) -> dict:
-    """The numerics model's configuration of what runs: the kernel's own, or the reference backend's key tile."""
-    key_tile = reference_backend.KEY_TILE if backend == "reference" else kernel.tile_n
-    return {"p_mode": kernel.p_mode, "key_tile": key_tile, "scale_block": kernel.scale_block,
+    """The numerics model's configuration of what runs: the kernel's manifest fields, or (the reference backend) the
+    model's own defaults at the reference key tile."""
+    if backend == "reference":
+        return {"p_mode": kernel.p_mode, "key_tile": reference_backend.KEY_TILE}
+    return {"p_mode": kernel.p_mode, "p_shift": kernel.p_shift, "rowsum": kernel.rowsum, "key_tile": kernel.tile_n,
+            "block_scale": kernel.scale_block is not None, "scale_block": kernel.scale_block or kernel.tile_n,
             "rescale_threshold": kernel.rescale_threshold}
 
 

@@ -14,6 +14,7 @@ from .kernel import (
     ARG_SIZE,
     ARGS,
     FAULTS,
+    P_SHIFT,
     PERSISTENT_GRID,
     SCALE_BLOCK,
     TAU,
@@ -25,15 +26,22 @@ from .kernel import (
     Variant,
 )
 
-VARIANTS = {v.name: v for v in (Variant("fp8_d128", 128, 128, "lean"), Variant("fp8_d192", 192, 128, "exact"))}
+# p_mode_default: the p_mode a call without one gets at these head dims (lean at d = 128, exact elsewhere).
+VARIANTS = {v.name: v for v in (Variant("fp8_d128", 128, 128, "lean", p_mode_default=True),
+                                Variant("fp8_d128_exact", 128, 128, "exact", p_mode_default=False),
+                                Variant("fp8_d192", 192, 128, "exact", p_mode_default=True))}
+SCHEDULE = "chiplet_pairs"  # paired causal query tiles on the persistent grid, chiplet-ordered (docs/gfx950.md)
+OFFSET_BITS = 32  # every (batch, head) slice is addressed with 32-bit buffer offsets
 
 
 def _entry(v: Variant) -> dict:
     return {
         "name": v.name, "symbol": v.symbol, "file": f"{v.name}.co", "dtype": "fp8e4m3", "d_qk": v.d_qk,
-        "d_v": v.d_v, "p_mode": v.p_mode, "tile_m": TILE_M, "tile_n": TILE_N, "scale_block": SCALE_BLOCK,
+        "d_v": v.d_v, "p_mode": v.p_mode, "p_mode_default": v.p_mode_default, "p_shift": P_SHIFT,
+        "rowsum": "rounded", "tile_m": TILE_M, "tile_n": TILE_N, "scale_block": SCALE_BLOCK,
         "rescale_threshold": TAU, "threads": WAVES * WAVE_SIZE, "shared_bytes": v.lds_bytes, "grid": "persistent",
-        "grid_size": PERSISTENT_GRID,
+        "grid_size": PERSISTENT_GRID, "schedule": SCHEDULE, "seqlen_min": None, "seqlen_max": None,
+        "offset_bits": OFFSET_BITS, "masks_tail": False,  # seqlen must be a multiple of tile_m
         "args": [{"name": n, "type": t} for n, t in ARGS],
     }
 

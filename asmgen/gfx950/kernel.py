@@ -42,10 +42,10 @@ MFMA_ACC_REGS = 16  # 32x32 FP32 outputs per lane
 MFMA_OPERAND_REGS = 8  # 64 fp8 per lane
 LDS_LIMIT = 163840
 TAU = 0.125  # lazy rescaling threshold (FP8), base-2 units
+P_SHIFT = 8  # P is written 2^8 larger before its e4m3 rounding (the contract's P offset); it cancels in O / l
 LEAN_CODE_OF_ONE = 56  # e4m3 bit pattern of 1.0; the code grows by 8 per doubling
 LEAN_CODE_PER_DOUBLING = 8
-LEAN_CODE_RANGE = 64  # lean P forms z = (8y + 56) / 64, clamps it to [0, 1], then rounds 64 z to an integer
-ROUND_MAGIC = 1.5 * 2.0**23  # x + ROUND_MAGIC (|x| < 2^22) rounds x to an integer held in the low mantissa bits
+LEAN_CODE_MAX = LEAN_CODE_OF_ONE + LEAN_CODE_PER_DOUBLING * P_SHIFT  # 120 = e4m3 2^8: the code of y = 0
 FP8_ONES = 0x38383838  # four e4m3 1.0 bytes: the A operand that turns the PV MFMA into a row sum
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -66,6 +66,7 @@ VT_SLOTS = 2  # V^T operand slots in LDS: tile n is read while tile n+1 is writt
 KEY_LOOP_UNROLL = RING_SLOTS  # key tiles per pass of the loop: every slot index is then a constant
 DS_OFFSET_LIMIT = 65535  # the 16-bit offset field of LDS instructions
 KEY_GROUP = 4  # keys per 4x4 byte transpose = V^T operand bytes per register
+MASK_LAG = 2  # causal mask: compares issued ahead of their selects (the VALU SGPR write -> VALU read distance)
 MAGIC_DIV3 = (43691, 17)  # floor(x / 3) == (x * 43691) >> 17 for x < 2^15
 
 ARGS = [("q", "ptr"), ("k", "ptr"), ("v", "ptr"), ("out", "ptr"), ("lse", "ptr"), ("q_descale", "ptr"),
@@ -111,6 +112,7 @@ class Variant:
     d_qk: int
     d_v: int
     p_mode: str  # "lean" or "exact"
+    p_mode_default: bool  # what a call that names no p_mode gets at these head dims
 
     @property
     def symbol(self) -> str:
@@ -217,18 +219,17 @@ class KernelGen:
                     for t in ("q", "k", "v", "out", "lse")}
         self.s_job_row = r.alloc("job_row", "s", 4, "job: batch, head, tile_lo, tile_hi", align=4)
         self.s_pair = r.alloc("tmp64", "s", 2, "64-bit temporary / compare mask", align=2)
+        self.s_mask = r.alloc("mask64", "s", 2, "causal mask: a second compare result in flight", align=2)
         self.s_perm = r.alloc("perm_sel", "s", 4, "v_perm_b32 selectors of the V transpose")
-        names = ["job", "grid", "wave", "group_b", "grp", "hk", "acc", "tile", "num_tiles", "row0", "key_tile", "key0",
-                 "active", "scaled", "soff", "lds", "share_k", "share_v", "tmp", "tmp2", "qd",
-                 "kd", "vd"]
+        names = ["job", "grid", "wave", "group_b", "grp", "hk", "acc", "tile", "last_tile", "row0", "key_tile",
+                 "key0", "active", "scaled", "soff", "share_k", "share_v", "tmp", "tmp2", "qd", "kd", "vd"]
         purposes = ["job index of this workgroup", "workgroups in the grid (the job stride)", "wave id 0-7",
                     "1 for waves 4-7 (ping-pong group B)",
                     "query heads per KV head", "KV head of the job", "division accumulator",
-                    "query tile being computed", "key tiles of this query tile", "first query row of this wave",
+                    "query tile being computed", "last key tile of this query tile", "first query row of this wave",
                     "key tile index n", "first key of tile n", "1 if this wave has unmasked keys in tile n",
                     "nonzero if some lane of tile n has e != 0 (block-scaled path)",
-                    "buffer soffset",
-                    "LDS destination (copied to M0)", "this wave's first byte in a K ring slot",
+                    "buffer soffset", "this wave's first byte in a K ring slot",
                     "this wave's first byte in a V ring slot, plus the V ring base", "scalar temporary",
                     "scalar temporary",
                     "q descale", "k descale", "v descale"]
@@ -253,12 +254,15 @@ class KernelGen:
         pairs = {"c": "c = scale*log2(e)*qd*kd, twice", "neg_m": "-m (low register)",
                  "e": "block exponent e (low register)", "fac": "2^-e (low register)",
                  "alpha": "lazy rescale factor 2^(m_old - m) (low register)",
-                 "lean_z": "lean P: (1/8, 7/8): z = y/8 + 7/8 = (8y + 56) / 64",
-                 "lean_round": "lean P: (64, 1.5*2^23): 64 z + 1.5*2^23 = the code in the low byte",
                  "scale": "v_descale / l (epilogue), twice"}
+        if k.p_mode == "lean":
+            pairs["lean_w"] = "lean P: (8, 120): w = 8y + 120, rounded to the code by v_cvt_pk_u8_f32"
+        else:
+            pairs["p_offset"] = "exact P: 2^8, the P offset (low register)"
         self.pair = {n: r.alloc(f"v_{n}2", "v", 2, p, align=2) for n, p in pairs.items()}
-        self.pair["zoff"] = r.alias("v_zoff2", self.pair["alpha"], 0, 2,
-                                    "lean P where every e >= 0: (e + 7) / 8 (after the lazy rescale)")
+        if k.p_mode == "lean":
+            self.pair["woff"] = r.alias("v_woff2", self.pair["alpha"], 0, 2,
+                                        "lean P where every e >= 0: 8e + 120 (after the lazy rescale)")
         self.v_kload = r.alloc("k_ring_off", "v", self.loads_k, "global offsets of this lane's K ring loads")
         self.v_vload = r.alloc("v_ring_off", "v", self.loads_v, "global offsets of this lane's V ring loads")
         self.q = r.alloc("q_op", "v", MFMA_OPERAND_REGS * k.qk_chunks, "Q^T B operands, one per 64 of d_qk",
@@ -318,6 +322,9 @@ class KernelGen:
         e.op("s_cselect_b32", s["group_b"], 1, 0)
         self._lane_constants()
         self._ring_offsets()
+        for stride in ("k_stride_s", "v_stride_s"):
+            e.op("s_lshl_b32", self.arg(stride), self.arg(stride), TILE_N.bit_length() - 1,
+                 note=f"{stride} from here on: the bytes of one key tile")
         e.comment("query heads per KV head (heads % heads_k == 0): count up in steps of heads_k")
         e.op("s_mov_b32", s["grp"], 0)
         e.op("s_mov_b32", s["acc"], 0)
@@ -332,10 +339,9 @@ class KernelGen:
         for i, sel in enumerate((PERM_INTERLEAVE_LO, PERM_INTERLEAVE_HI, PERM_HALVES_LO, PERM_HALVES_HI)):
             e.op("s_mov_b32", self.s_perm[i], hex(sel))
         e.op("v_mov_b32", v["neg_inf"], hex(NEG_INF))
-        for name, values in (("lean_z", (LEAN_CODE_PER_DOUBLING / LEAN_CODE_RANGE,
-                                          LEAN_CODE_OF_ONE / LEAN_CODE_RANGE)),
-                             ("lean_round", (LEAN_CODE_RANGE, ROUND_MAGIC))):
-            for i, value in enumerate(values):
+        constants = {"lean_w": (LEAN_CODE_PER_DOUBLING, LEAN_CODE_MAX), "p_offset": (2.0**P_SHIFT,)}
+        for name, values in constants.items():
+            for i, value in enumerate(values if name in self.pair else ()):
                 e.op("v_mov_b32", self.pair[name][i], hex(f32_bits(float(value))))
         for i in range(self.ones.count):
             e.op("v_mov_b32", self.ones[i], hex(FP8_ONES))
@@ -506,8 +512,8 @@ class KernelGen:
         e.op("s_lshl_b32", s["row0"], s["tile"], TILE_M.bit_length() - 1)
         e.op("s_mul_i32", s["tmp"], s["wave"], ROWS_PER_WAVE)
         e.op("s_add_u32", s["row0"], s["row0"], s["tmp"])
-        e.op("s_add_u32", s["num_tiles"], s["tile"], 1)
-        e.op("s_lshl_b32", s["num_tiles"], s["num_tiles"], (TILE_M // TILE_N).bit_length() - 1)
+        e.op("s_lshl_b32", s["last_tile"], s["tile"], (TILE_M // TILE_N).bit_length() - 1)
+        e.op("s_add_u32", s["last_tile"], s["last_tile"], TILE_M // TILE_N - 1, note="4 (tile + 1) - 1")
         e.op("s_waitcnt", "vmcnt(0)", note="previous tile's stores and ring loads are done")
         e.op("s_barrier", note="every wave left the previous tile: all ring slots are free")
         e.comment("Q^T operands straight into registers")
@@ -546,30 +552,25 @@ class KernelGen:
         e.label(".Lpong_end")
         self.epilogue()
 
-    def ring_load(self, tile: str, slot: int | str) -> None:
-        """Issue this wave's direct-to-LDS loads of key tile `tile` (SGPR) into ring slot `slot` (int or SGPR)."""
+    def ring_load(self, tile: str, slot: int) -> None:
+        """Issue this wave's direct-to-LDS loads of key tile `tile` (SGPR) into ring slot `slot`."""
         e, s, k = self.e, self.s, self.k
         for tensor, regs, srd, row_bytes, stride, wave_base, tile_bytes in (
                 ("K", self.v_kload, self.srd["k"], k.d_qk, "k_stride_s", s["share_k"], k.k_tile_bytes),
                 ("V", self.v_vload, self.srd["v"], k.d_v, "v_stride_s", s["share_v"], k.v_tile_bytes)):
             chunk = ring_chunk_bytes(row_bytes)
-            e.op("s_mul_i32", s["soff"], tile, self.arg(stride))
-            e.op("s_lshl_b32", s["soff"], s["soff"], TILE_N.bit_length() - 1, note="first key row of the tile")
-            if isinstance(slot, int):
-                e.op("s_add_u32", s["lds"], wave_base, slot * tile_bytes)
-            else:
-                e.op("s_mul_i32", s["lds"], slot, tile_bytes)
-                e.op("s_add_u32", s["lds"], s["lds"], wave_base, note="this wave's share of the slot")
+            e.op("s_mul_i32", s["soff"], tile, self.arg(stride), note="first key row of the tile (stride x 64)")
+            e.op("s_add_u32", "m0", wave_base, slot * tile_bytes, note="this wave's share of the slot")
             for i in range(regs.count):
-                e.op("s_mov_b32", "m0", s["lds"])
+                if i:
+                    e.op("s_add_u32", "m0", "m0", WAVE_SIZE * chunk)
                 e.op(f"buffer_load_dword{'x4' if chunk == 16 else ''}", regs[i], srd.all, s["soff"],
                      mods="offen lds", note=f"{tensor}: this wave's share of the tile, straight to LDS")
-                if i + 1 < regs.count:
-                    e.op("s_add_u32", s["lds"], s["lds"], WAVE_SIZE * chunk)
 
     def key_loop(self) -> None:
         """The key loop, unrolled by KEY_LOOP_UNROLL = RING_SLOTS: copy c handles the tiles n = c mod 4, so every K,
-        V and V^T slot is a constant LDS offset. num_tiles = 4 (tile + 1) is a multiple of the unroll factor."""
+        V and V^T slot is a constant LDS offset. A query tile's 4 (tile + 1) key tiles are a multiple of the unroll
+        factor."""
         e, s = self.e, self.s
         assert KEY_LOOP_UNROLL == RING_SLOTS and (TILE_M // TILE_N) % KEY_LOOP_UNROLL == 0
         e.label(".Lkey_loop")
@@ -577,15 +578,14 @@ class KernelGen:
             self.sfx = f"_{copy}"
             self.key_tile_body(copy)
         self.sfx = ""
-        e.op("s_cmp_lt_u32", s["key_tile"], s["num_tiles"])
+        e.op("s_cmp_le_u32", s["key_tile"], s["last_tile"])
         e.op("s_cbranch_scc1", ".Lkey_loop")
 
     def key_tile_body(self, copy: int) -> None:
         e, s, sfx = self.e, self.s, self.sfx
         e.section(f"key tile n = {copy} mod {KEY_LOOP_UNROLL}: K slot {copy}, V^T slot {copy % VT_SLOTS}")
         e.op("s_lshl_b32", s["key0"], s["key_tile"], TILE_N.bit_length() - 1)
-        e.op("s_add_u32", s["tmp"], s["row0"], ROWS_PER_WAVE - 1)
-        e.op("s_cmp_le_u32", s["key0"], s["tmp"])
+        e.op("s_cmp_le_u32", s["key0"], s["row0"], note="key0 <= row0 + 31 (both are multiples of 32)")
         e.op("s_cselect_b32", s["active"], 1, 0, note="tile n holds a key <= this wave's last query")
         e.op("s_cbranch_scc0", f".Lqk_done{sfx}")
         self.qk(copy % RING_SLOTS)
@@ -597,8 +597,7 @@ class KernelGen:
         e.comment(f"refill: tile min(n+{PREFETCH}, last) into slot {refill} (past the end: a harmless reload, so "
                   "every iteration waits for the same count)")
         e.op("s_add_u32", s["tmp2"], s["key_tile"], PREFETCH)
-        e.op("s_sub_u32", s["tmp"], s["num_tiles"], 1)
-        e.op("s_min_u32", s["tmp2"], s["tmp2"], s["tmp"])
+        e.op("s_min_u32", s["tmp2"], s["tmp2"], s["last_tile"])
         self.ring_load(s["tmp2"], refill)
         e.comment("every wave (with or without keys in tile n) writes its eighth of V^T for tile n+1 (the slot of")
         e.comment("tile n-1, which both groups have finished)")
@@ -645,11 +644,19 @@ class KernelGen:
         e.op("s_cbranch_scc1", f".Lmask_done{self.sfx}")
         e.op("s_sub_u32", s["tmp"], s["key0"], s["row0"])
         e.op("v_sub_u32", v["thr"], v["mask_base"], s["tmp"], note="query - key of slot 0, per lane")
-        for j in range(2):
-            for r in range(MFMA_ACC_REGS):
-                key_rel = MFMA_ROWS * j + 8 * (r // 4) + r % 4
-                e.op("v_cmp_le_i32", "vcc", key_rel, v["thr"])
-                e.op("v_cndmask_b32", x[MFMA_ACC_REGS * j + r], v["neg_inf"], x[MFMA_ACC_REGS * j + r], "vcc")
+        e.comment(f"compares run {MASK_LAG} ahead of the selects, rotating over VCC and two SGPR pairs, so each")
+        e.comment("v_cndmask finds its mask 2 wait states old (a VALU-written SGPR read by a VALU) without padding")
+        masks = ["vcc", self.s_pair.all, self.s_mask.all]
+        slots = [(j, r) for j in range(2) for r in range(MFMA_ACC_REGS)]
+        for i in range(len(slots) + MASK_LAG):
+            if i < len(slots):
+                j, r = slots[i]
+                e.op("v_cmp_le_i32", masks[i % len(masks)], MFMA_ROWS * j + 8 * (r // 4) + r % 4, v["thr"],
+                     note="key of the slot <= query")
+            if i >= MASK_LAG:
+                j, r = slots[i - MASK_LAG]
+                reg = x[MFMA_ACC_REGS * j + r]
+                e.op("v_cndmask_b32", reg, v["neg_inf"], reg, masks[(i - MASK_LAG) % len(masks)])
         e.label(f".Lmask_done{self.sfx}")
         e.comment("tile maximum over this lane's 32 keys, then the other half-wave's 32")
         e.op("v_max3_f32", v["mt"], x[0], x[1], x[2])
@@ -682,11 +689,11 @@ class KernelGen:
         e.op("v_sub_f32", pr["e"][0], v["m"], v["mt"])
         e.op("v_floor_f32", pr["e"][0], pr["e"][0])
         e.op("v_cmp_ne_u32", self.s_pair.all, 0, pr["e"][0], note="e is +0.0 or a nonzero integer")
-        e.op("s_or_b32", s["scaled"], self.s_pair[0], self.s_pair[1], note="kept for PV: scc = some lane has e != 0")
+        e.op("s_or_b32", s["scaled"], self.s_pair[0], self.s_pair[1],
+             note="kept for PV; scc = some lane has e != 0 (the VALU below leaves scc alone)")
         for r in xp:
             e.op("v_pk_add_f32", r, r, pr["neg_m"].all, mods="op_sel_hi:[1,0]", note="x - m")
         e.comment("where e = 0 on every lane, y = x - m exactly and 2^-e = 1 is never needed")
-        e.op("s_cmp_lg_u32", s["scaled"], 0, note="scc = some lane has e != 0")
         if self.k.p_mode == "lean":
             self._lean_p(x, xp)
             return
@@ -695,9 +702,11 @@ class KernelGen:
         for r in xp:
             e.op("v_pk_add_f32", r, r, pr["e"].all, mods="op_sel_hi:[1,0]", note="(x - m) + e")
         e.label(f".Lblock_exp_done{self.sfx}")
-        e.comment("exact P: P8 = e4m3(2^y), round to nearest even")
+        e.comment("exact P: P8 = e4m3(2^y * 2^8), round to nearest even (the offset is exact: 2^y >= 2^-126 or 0)")
         for r in x:
             e.op("v_exp_f32", r, r)
+        for r in xp:
+            e.op("v_pk_mul_f32", r, pr["p_offset"].all, r, mods="op_sel_hi:[0,1]")
         for g in range(self.p.count):
             b = x[4 * g:4 * g + 4]
             e.op("v_cvt_pk_fp8_f32", self.p[g], b[0], b[1])
@@ -709,21 +718,17 @@ class KernelGen:
         e.op("v_ldexp_f32", pr["fac"][0], 1.0, self.v["ei"], note="2^-e, exact")
 
     def _lean_p(self, x: list[str], xp: list[str]) -> None:
-        """code = max(0, rne(8y + 56)) in two packed FMAs per element pair and 3 byte permutes per 4 codes.
-
-        z = fl(y/8 + 7/8) = fl(8y + 56) / 64 exactly (scaling by a power of two commutes with rounding; 8y + 56 is
-        far from FP32's subnormal range), so z carries the model's one FP32 rounding of 8y + 56. The clamp modifier
-        limits z to [0, 1]: negative values and -inf become 0, which is the model's max(0, .) because rne of a
-        negative value is <= 0, and y <= 0 keeps z <= 7/8. Then 64 z (exact) + 1.5*2^23 rounds to nearest even
-        onto the integer grid of [2^23, 2^24): the FP32 result is 0x4B400000 + code, so its low byte is the code."""
+        """code = max(0, rne(8y + 120)) (P written 2^8 larger: 120 is the e4m3 code of 2^8): one packed FMA per
+        element pair forms the model's FP32 value fl(8y + 120) (8y is exact), and one v_cvt_pk_u8_f32 per element
+        rounds it to nearest even, saturates to [0, 255] (negative values and -inf become 0, the model's max(0, .);
+        y <= 0 keeps it <= 120) and inserts the byte into its P register (bytes in key order)."""
         e, s, pr = self.e, self.s, self.pair
-        e.comment("lean P: z = clamp((8y + 56) / 64, 0, 1), then 64 z + 1.5*2^23 holds rne(8y + 56) in its low")
-        e.comment("byte; v_perm_b32 gathers the low bytes of 4 results into one P register")
+        e.comment("lean P: w = 8y + 120 in FP32, then v_cvt_pk_u8_f32 rounds, saturates and packs the code")
 
-        def z_step(offset: str, sel: str, note: str) -> None:
+        def w_step(offset: str, sel: str, note: str) -> None:
             for r in xp:
-                e.op("v_pk_fma_f32", r, r, pr["lean_z"].all, offset, mods=f"op_sel:[0,0,{sel[0]}] "
-                     f"op_sel_hi:[1,0,{sel[1]}] clamp", note=note)
+                e.op("v_pk_fma_f32", r, r, pr["lean_w"].all, offset, mods=f"op_sel:[0,0,{sel[0]}] "
+                     f"op_sel_hi:[1,0,{sel[1]}]", note=note)
 
         e.op("s_cbranch_scc0", f".Lexp_zero{self.sfx}")
         self._block_factor()
@@ -731,28 +736,23 @@ class KernelGen:
         e.op("s_or_b32", s["tmp"], self.s_pair[0], self.s_pair[1])
         e.op("s_cbranch_scc1", f".Lexp_negative{self.sfx}")
         e.comment("every e >= 0: t = x - m <= -e, so t + e is exact (|t + e| <= |t|, e an integer), and with it")
-        e.comment("z = t/8 + (e + 7)/8 (exact offset for e < 2^24 - 7; larger e has 2^-e = 0): one FMA for y and z")
-        e.op("v_fma_f32", pr["zoff"][0], pr["e"][0], pr["lean_z"][0], pr["lean_z"][1], note="(e + 7) / 8")
-        z_step(pr["zoff"].all, "00", "z = (x - m) / 8 + (e + 7) / 8 in [0, 1]")
-        e.op("s_branch", f".Lz_done{self.sfx}")
+        e.comment("8y + 120 = 8t + (8e + 120) (an exact offset for e < 2^21 - 15; larger e has 2^-e = 0): one FMA")
+        e.op("v_fma_f32", pr["woff"][0], pr["e"][0], pr["lean_w"][0], pr["lean_w"][1], note="8e + 120")
+        w_step(pr["woff"].all, "00", "w = 8 (x - m) + (8e + 120)")
+        e.op("s_branch", f".Lw_done{self.sfx}")
         e.label(f".Lexp_negative{self.sfx}")
-        e.comment("some e = -1: y = (x - m) + e rounds in general, so as the model: y first, then z")
+        e.comment("some e = -1: y = (x - m) + e rounds in general, so as the model: y first, then w")
         for r in xp:
             e.op("v_pk_add_f32", r, r, pr["e"].all, mods="op_sel_hi:[1,0]", note="y = (x - m) + e")
-        z_step(pr["lean_z"].all, "11", "z = y * 1/8 + 7/8 in [0, 1]")
-        e.op("s_branch", f".Lz_done{self.sfx}")
+        w_step(pr["lean_w"].all, "11", "w = 8y + 120")
+        e.op("s_branch", f".Lw_done{self.sfx}")
         e.label(f".Lexp_zero{self.sfx}")
-        z_step(pr["lean_z"].all, "11", "z = y * 1/8 + 7/8 in [0, 1] (y = x - m)")
-        e.label(f".Lz_done{self.sfx}")
-        for r in xp:
-            e.op("v_pk_fma_f32", r, r, pr["lean_round"].all, pr["lean_round"].all,
-                 mods="op_sel:[0,0,1] op_sel_hi:[1,0,1]", note="z * 64 + 1.5*2^23 = 0x4B400000 + code")
-        gather, halves = self.s_perm[0], self.s_perm[2]
-        for g in range(self.p.count):
-            b = x[4 * g:4 * g + 4]
-            e.op("v_perm_b32", b[0], b[1], b[0], gather, note="bytes 0-1: codes of keys 4g, 4g+1")
-            e.op("v_perm_b32", b[2], b[3], b[2], gather, note="bytes 0-1: codes of keys 4g+2, 4g+3")
-            e.op("v_perm_b32", self.p[g], b[2], b[0], halves, note="4 codes, key order")
+        w_step(pr["lean_w"].all, "11", "w = 8y + 120 (y = x - m)")
+        e.label(f".Lw_done{self.sfx}")
+        for k in range(KEY_GROUP):
+            for g in range(self.p.count):
+                e.op("v_cvt_pk_u8_f32", self.p[g], x[KEY_GROUP * g + k], k, 0 if k == 0 else self.p[g],
+                     note=f"byte {k}: the code of key {KEY_GROUP} g + {k}" if g == 0 else "")
 
     def transpose_share(self, v_slot: int, vt_slot: int) -> None:
         """Write this wave's eighth of V^T: operand register g = wave of every d_v group, for every lane.
@@ -825,7 +825,7 @@ class KernelGen:
 
     def epilogue(self) -> None:
         e, s, v, scale = self.e, self.s, self.v, self.pair["scale"]
-        e.section("epilogue: O / l * v_descale -> BF16, lse = ln2 * (m + log2 l)")
+        e.section("epilogue: O / l * v_descale -> BF16, lse = ln2 * (m + (log2 l - 8)) (l is 2^8 too large)")
         e.op("v_rcp_f32", v["tmp"], self.l)
         e.op("v_mul_f32", scale[0], s["vd"], v["tmp"])
         e.op("v_mov_b32", scale[1], scale[0])
@@ -842,6 +842,8 @@ class KernelGen:
             e.op("buffer_store_dwordx2", self.out_pk.span(2 * r, 2), v["o_off"], self.srd["out"].all, s["soff"],
                  mods=f"offen offset:{col * BYTES_BF16}")
         e.op("v_log_f32", v["tmp"], self.l)
+        e.op("v_add_f32", v["tmp"], hex(f32_bits(-float(P_SHIFT))), v["tmp"],
+             note="log2 l - 8, exact: l >= 2^7 (the largest P of a row is), so log2 l lies in [7, 2^26)")
         e.op("v_add_f32", v["tmp"], v["m"], v["tmp"])
         e.op("v_mul_f32", v["tmp"], hex(f32_bits(LN2)), v["tmp"])
         e.op("s_lshl_b32", s["soff"], s["row0"], BYTES_F32.bit_length() - 1)

@@ -5,7 +5,7 @@ Model (stated so the figure can be checked and argued with):
     which no row's maximum grows by more than tau (no lazy rescale) and every row's block exponent e is 0 (y is
     x - m, and PV accumulates straight into O); `with_rescale=True` adds the rescale, `scaled_pv=True` takes the
     path where some e != 0 (2^-e, block products, then O += 2^-e * product) and `negative_e=True` the one where
-    some e = -1 (lean P forms y = (x - m) + e before z; with every e >= 0 one FMA does both);
+    some e = -1 (lean P forms y = (x - m) + e before w = 8y + 120; with every e >= 0 one FMA does both);
   * an MFMA occupies the SIMD's matrix pipe for passes x 4 cycles (v_mfma_f32_32x32x64_f8f6f4: 16 passes, from
     LLVM's gfx950 scheduling model) and its issue slot for one cycle;
   * a VALU instruction occupies the wave's issue for 4 cycles (wave64 on a 16-lane SIMD; v_pk_* FP32 forms do
@@ -42,7 +42,7 @@ def taken_branches(with_rescale: bool, scaled_pv: bool, negative_e: bool) -> dic
         ".Lmask_done": True,  # below the diagonal: no causal mask
         ".Lrescale_done": not with_rescale,  # no row's maximum grew by more than tau
         ".Lexp_zero": not scaled_pv, ".Lblock_exp_done": not scaled_pv,  # every e = 0 (lean / exact P)
-        ".Lexp_negative": negative_e,  # some e = -1 (lean P: y before z)
+        ".Lexp_negative": negative_e,  # some e = -1 (lean P: y before w)
         ".Lpv_scaled": scaled_pv,  # some e != 0: block products, then O += 2^-e * product
     }
 

@@ -1,11 +1,13 @@
 """Command line of the gfx950 simulator.
 
     python -m asmgen.sim run --kernel fp8_d128 --seqlen 512 --heads 4 --kv-heads 1 --seed 0
+    python -m asmgen.sim run --kernel fp8_d128_exact --seqlen 256 --heads 2 --kv-heads 1
     python -m asmgen.sim table          # the implemented instructions and the source of their semantics
 
 `run` executes the committed code object of a gfx950 FP8 kernel on activation-like inputs (a sink key, outlier
 channels, RoPE, local correlation; quantized to e4m3 with one descale per tensor and KV head), compares with the
-numerics model zyfa.numerics (the kernel's p_mode and key tile) and prints, as its last line, the relative error
+numerics model zyfa.numerics (at the configuration of the kernel's manifest entry: p_mode, p_shift, tau, scale
+block, row sum, key tile) and prints, as its last line, the relative error
 ||out - model|| / ||model|| over the simulated rows.
 """
 
@@ -54,10 +56,7 @@ def run(args) -> int:
                            schedule=args.schedule, seed=args.seed, progress=_progress)
     elapsed = time.time() - start
     model, model_lse = zyfa.numerics.attention(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd,
-                                               p_mode=entry["p_mode"], key_tile=entry["tile_n"],
-                                               scale_block=entry["scale_block"] or 64,
-                                               rescale_threshold=entry["rescale_threshold"],
-                                               p_shift=entry.get("p_shift", 0), rowsum=entry.get("rowsum"),
+                                               config=zyfa.numerics.config_from_kernel(entry),
                                                return_lse=True)
     done = result.rows_done(entry["tile_m"])
     rows = done.permute(0, 2, 1)

@@ -31,6 +31,8 @@ KD_RSRC2 = 52
 KD_CODE_PROPERTIES = 56
 KD_KERNARG_PRELOAD = 58
 VGPR_GRANULE = 8  # unified VGPR+AGPR allocation granule of gfx90a-class targets
+# COMPUTE_PGM_RSRC1.FLOAT_DENORM_MODE_32 (bits 17:16) values
+FLUSH_SRC_DST, FLUSH_DST, FLUSH_SRC, FLUSH_NONE = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,15 @@ class KernelDescriptor:
     workitem_id_dims: int  # 1 = x, 2 = x,y, 3 = x,y,z (packed into v0 on gfx950)
     ieee_mode: bool
     dx10_clamp: bool
+    float_denorm_mode_32: int = FLUSH_NONE  # FP32 denormals: 0 flush inputs and results, 1 results, 2 inputs, 3 keep
+
+    @property
+    def flush_f32_inputs(self) -> bool:
+        return self.float_denorm_mode_32 in (FLUSH_SRC_DST, FLUSH_SRC)
+
+    @property
+    def flush_f32_results(self) -> bool:
+        return self.float_denorm_mode_32 in (FLUSH_SRC_DST, FLUSH_DST)
 
     @classmethod
     def parse(cls, raw: bytes) -> KernelDescriptor:
@@ -83,6 +94,7 @@ class KernelDescriptor:
             workitem_id_dims=((rsrc2 >> 11) & 3) + 1,
             ieee_mode=bool(rsrc1 >> 23 & 1),
             dx10_clamp=bool(rsrc1 >> 21 & 1),
+            float_denorm_mode_32=(rsrc1 >> 16) & 3,
         )
 
 

@@ -15,9 +15,8 @@ import numpy as np
 
 from . import hazards, isa
 from .codeobject import Elf, Instruction, KernelDescriptor, decode_code_object
-from .errors import DeadlockError, HazardError, SimError
+from .errors import DeadlockError, SimError
 from .memory import Memory
-from .mfma import required_wait_states
 from .wave import LANES, Pending, Wave
 
 VMCNT_MAX = 63  # the wave stalls (here: the oldest completes) rather than exceed its counters
@@ -27,8 +26,6 @@ WORKITEM_ID_BITS = 10  # gfx90a-class packed work-item ids in v0: x | y << 10 | 
 DEFAULT_MAX_INSTRUCTIONS = 200_000_000
 SCHEDULES = ("round_robin", "greedy", "random")
 RANDOM_QUANTUM = 16
-# Instructions that read their vector destination as well (read-modify-write).
-READS_DESTINATION = {"v_fmac_f32", "v_cvt_pk_fp8_f32", "v_permlane32_swap_b32", "v_permlane16_swap_b32"}
 USER_SGPRS_MODELLED = {"kernarg_segment_ptr", "dispatch_ptr"}
 
 
@@ -37,24 +34,6 @@ class LaunchStats:
     workgroups: int = 0
     instructions: int = 0
     by_unit: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Read:
-    kind: str
-    reg: int
-    operand: int  # operand index in the instruction
-
-
-def _register_reads(ins: Instruction, unit: str) -> tuple[Read, ...]:
-    """The VGPR/AGPR reads the MFMA hazard check looks at."""
-    if unit not in (isa.VALU, isa.MFMA, isa.VMEM_STORE, isa.VMEM_LOAD, isa.LDS):
-        return ()
-    writes_first = unit in (isa.VALU, isa.MFMA) or (unit in (isa.VMEM_LOAD, isa.LDS) and
-                                                    not ins.mods.get("lds") and "write" not in ins.name)
-    first = 1 if writes_first and ins.name not in READS_DESTINATION else 0
-    return tuple(Read(op.kind, r, i) for i, op in enumerate(ins.operands) if i >= first and op.kind in ("v", "a")
-                 for r in op.regs)
 
 
 class Context:
@@ -109,15 +88,9 @@ class Program:
         self.elf, self.code = decode_code_object(data)
         self.index = {ins.addr: i for i, ins in enumerate(self.code)}
         self.semantics = [isa.INSTRUCTIONS.get(ins.name) for ins in self.code]
-        self.reads = [_register_reads(ins, s.unit) if s else ()
+        self.facts = [hazards.facts_of(ins, s.unit) if s else None
                       for ins, s in zip(self.code, self.semantics, strict=True)]
-        self.hazard_distance = [required_wait_states(ins.name) if s and s.unit == isa.MFMA else 0
-                                for ins, s in zip(self.code, self.semantics, strict=True)]
-        self.read_sets = [frozenset((r.kind, r.reg) for r in reads) for reads in self.reads]
-        self.producers = [hazards.producer(ins, s.unit) if s else None
-                          for ins, s in zip(self.code, self.semantics, strict=True)]
-        self.consumer_rules = [hazards.consumer_rules(ins, s.unit) if s else (0, 0, False)
-                               for ins, s in zip(self.code, self.semantics, strict=True)]
+        self.windows = [hazards.window(f) if f else 0 for f in self.facts]
 
     @property
     def symbols(self) -> list[str]:
@@ -234,27 +207,22 @@ class Program:
         return w
 
     def _step(self, w: Wave, quantum: int, ctx: Context, stats: LaunchStats) -> None:
-        code, semantics, reads, distance = self.code, self.semantics, self.reads, self.hazard_distance
+        code, semantics, facts, windows = self.code, self.semantics, self.facts, self.windows
         by_unit = stats.by_unit
         for _ in range(quantum):
             pc = w.pc
             if pc >= len(code):
                 raise SimError(f"wave {w.id} ran past the end of the code")
             ins, sem = code[pc], semantics[pc]
-            if w.mfma_results and reads[pc]:
-                self._check_hazards(w, ins, reads[pc])
             if w.recent:
-                hazards.check(ins, self.consumer_rules[pc], self.read_sets[pc], w.recent, w.wait_states)
+                hazards.check(ins, facts[pc], w.recent, w.wait_states)
             w.pc = pc + 1
             sem.fn(w, ins, ctx)
-            if distance[pc]:
-                dst = ins.operands[0]
-                for r in dst.regs:
-                    w.mfma_results[(dst.kind, r)] = (w.wait_states, distance[pc], ins, dst)
+            # (s_nop N adds its N extra wait states in its semantics) drop producers whose windows have passed
             if w.recent:
-                w.recent = [(at, p) for at, p in w.recent if w.wait_states - at < hazards.WINDOW]
-            if self.producers[pc]:
-                w.recent.append((w.wait_states, self.producers[pc]))
+                w.recent = [r for r in w.recent if w.wait_states - r[0] < r[3]]
+            if windows[pc]:
+                w.recent.append((w.wait_states, facts[pc], ins, windows[pc]))
             w.wait_states += 1
             w.issued += 1
             by_unit[sem.unit] = by_unit.get(sem.unit, 0) + 1
@@ -263,24 +231,6 @@ class Program:
                 ctx.retire_due(w)
             if w.done or w.at_barrier:
                 return
-
-    @staticmethod
-    def _check_hazards(w: Wave, ins: Instruction, reads: tuple[Read, ...]) -> None:
-        for read in reads:
-            entry = w.mfma_results.get((read.kind, read.reg))
-            if entry is None:
-                continue
-            issued, required, producer, dst = entry
-            between = w.wait_states - issued - 1
-            if between >= required:
-                del w.mfma_results[(read.kind, read.reg)]
-                continue
-            src = ins.operands[read.operand]
-            if read.operand == 3 and isa.INSTRUCTIONS[ins.name].unit == isa.MFMA and \
-                    (src.kind, src.index, src.count) == (dst.kind, dst.index, dst.count):
-                continue  # back-to-back accumulation into the same C/D needs no wait
-            raise HazardError(f"MFMA hazard: {producer.addr:#x} `{producer.text}` -> {ins.addr:#x} `{ins.text}` "
-                              f"reads {read.kind}{read.reg} after {between} wait states; {required} required")
 
 
 def _dispatch_packet(grid, block, kd: KernelDescriptor, kernarg_addr: int) -> bytes:

@@ -25,8 +25,6 @@ from .wave import LANES
 
 SOURCE_REGS = 8  # 32 fp8 bytes per lane for A and for B
 BYTES_PER_LANE = 4 * SOURCE_REGS
-# Wait states a VALU / store / MFMA (as A/B) must leave after an MFMA before reading its result (gfx950.md).
-WAIT_STATES_AFTER = {16: 20, 8: 12, 4: 8}
 
 
 @dataclass(frozen=True)
@@ -62,10 +60,6 @@ _INDEX = {name: (s.source_index(), s.output_index()) for name, s in SHAPES.items
 
 def shape_of(name: str) -> Shape:
     return SHAPES[name.split("_")[-2]]
-
-
-def required_wait_states(name: str) -> int:
-    return WAIT_STATES_AFTER[shape_of(name).passes]
 
 
 def _source_values(w, op, fmt: int) -> np.ndarray:

@@ -47,7 +47,8 @@ def assemble(source: str) -> bytes:
             return f.read()
 
 
-def snippet_source(body: str, *, vgprs: int = 64, agprs: int = 0, lds_bytes: int = 0) -> str:
+def snippet_source(body: str, *, vgprs: int = 64, agprs: int = 0, lds_bytes: int = 0,
+                   float_denorm_mode_32: int | None = None) -> str:
     total = vgprs + agprs
     return f"""\
 .amdgcn_target "amdgcn-amd-amdhsa--gfx950"
@@ -68,6 +69,7 @@ def snippet_source(body: str, *, vgprs: int = 64, agprs: int = 0, lds_bytes: int
   .amdhsa_group_segment_fixed_size {lds_bytes}
   .amdhsa_system_sgpr_workgroup_id_x 1
   .amdhsa_kernarg_size 16
+{"" if float_denorm_mode_32 is None else f"  .amdhsa_float_denorm_mode_32 {float_denorm_mode_32}"}
 .end_amdhsa_kernel
 """
 
@@ -96,9 +98,11 @@ def store_output(vreg: int, i: int) -> str:
 
 
 def run_snippet(body: str, inputs: np.ndarray | None = None, outputs: int = 1, *, vgprs: int = 64,
-                agprs: int = 0, lds_bytes: int = 0, threads: int = LANES, **launch) -> np.ndarray:
+                agprs: int = 0, lds_bytes: int = 0, threads: int = LANES, float_denorm_mode_32: int | None = None,
+                **launch) -> np.ndarray:
     """Assemble `body` into a snippet kernel, run one workgroup, return the output table (outputs, 64) uint32."""
-    program = load(assemble(snippet_source(body, vgprs=vgprs, agprs=agprs, lds_bytes=lds_bytes)))
+    program = load(assemble(snippet_source(body, vgprs=vgprs, agprs=agprs, lds_bytes=lds_bytes,
+                                           float_denorm_mode_32=float_denorm_mode_32)))
     memory = Memory()
     table = np.zeros((1, LANES), np.uint32) if inputs is None else np.asarray(inputs).view(np.uint32)
     src = memory.put(np.ascontiguousarray(table, dtype=np.uint32))

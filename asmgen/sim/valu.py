@@ -1,7 +1,8 @@
 """Vector ALU instructions (VOP1, VOP2, VOP3, VOP3P, VOPC), 64 lanes at a time with numpy.
 
 Float operations run in float32 numpy arithmetic (IEEE round to nearest even, as the hardware); fused multiply-adds
-are computed in float64 and rounded once to float32 (the product of two floats is exact in float64).
+are rounded once, correctly (`fma_f32`); FP32 denormal inputs and results are flushed to zero where the kernel
+descriptor's FP32 denormal mode says so (the default of LLVM's assembler flushes both).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def _float_result(w, ins, x: np.ndarray) -> np.ndarray:
             x = (x * np.float32(scales[ins.mods[key]])).astype(np.float32)
     if ins.mods.get("clamp"):
         x = np.clip(x, np.float32(0), np.float32(1))
-    return x
+    return formats.flush_denormals(x) if w.flush_results else x
 
 
 def _no_int_modifiers(ins) -> None:
@@ -43,8 +44,23 @@ def _float_op(name: str, fn, arity: int, source: str | None = None) -> None:
             w.vwrite(ins.operands[0], _float_result(w, ins, fn(*srcs)))
 
 
-def _fma(a, b, c):
-    return (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(np.float32)
+def fma_f32(a, b, c) -> np.ndarray:
+    """fl32(a*b + c) rounded once (round to nearest even), for float32 arrays.
+
+    a*b is exact in float64; s = fl64(a*b + c) may round, and rounding s again to float32 is wrong only where s
+    lands exactly on a float32 midpoint while the exact sum is not (float64 rounding never crosses a float32
+    midpoint, which float64 represents). There the exact error of s (TwoSum) says which neighbour is nearer."""
+    with np.errstate(all="ignore"):
+        p, c64 = a.astype(np.float64) * b.astype(np.float64), c.astype(np.float64)
+        s = p + c64
+        bb = s - p
+        err = (p - (s - bb)) + (c64 - bb)
+        r = s.astype(np.float32)
+        r64 = r.astype(np.float64)
+        other = np.nextafter(r, np.where(s > r64, np.float32(np.inf), np.float32(-np.inf)))
+        tie = np.isfinite(s) & (s != r64) & ((r64 + other.astype(np.float64)) / 2 == s) & (err != 0)
+        toward_other = np.sign(err) == np.sign(other.astype(np.float64) - r64)
+        return np.where(tie & toward_other, other, r).astype(np.float32)
 
 
 def _med3(a, b, c):
@@ -60,7 +76,7 @@ _float_op("v_sub_f32", lambda a, b: a - b, 2)
 _float_op("v_mul_f32", lambda a, b: a * b, 2)
 _float_op("v_max_f32", np.fmax, 2, "PCODE {NAME} (non-IEEE-signalling path: a NaN operand yields the other)")
 _float_op("v_min_f32", np.fmin, 2, "PCODE {NAME} (non-IEEE-signalling path: a NaN operand yields the other)")
-_float_op("v_fma_f32", _fma, 3)
+_float_op("v_fma_f32", fma_f32, 3)
 _float_op("v_max3_f32", lambda a, b, c: np.fmax(np.fmax(a, b), c), 3)
 _float_op("v_med3_f32", _med3, 3)
 _float_op("v_exp_f32", lambda a: formats.flush_denormals(np.exp2(a)), 1,
@@ -75,7 +91,7 @@ _float_op("v_rndne_f32", np.rint, 1)
 @define("v_fmac_f32", VALU, "PCODE {NAME}")
 def v_fmac_f32(w, ins, ctx):
     d = ins.operands[0]
-    w.vwrite(d, _float_result(w, ins, _fma(w.fread(ins.operands[1]), w.fread(ins.operands[2]), w.fread(d))))
+    w.vwrite(d, _float_result(w, ins, fma_f32(w.fread(ins.operands[1]), w.fread(ins.operands[2]), w.fread(d))))
 
 
 @define("v_ldexp_f32", VALU, "PCODE {NAME}")
@@ -122,6 +138,17 @@ def v_cvt_pk_fp8_f32(w, ins, ctx):
     else:
         value = (old & np.uint32(0xFFFF0000)) | packed
     w.vwrite(ins.operands[0], value)
+
+
+@define("v_cvt_pk_u8_f32", VALU, "PCODE {NAME} (f32_to_u8: round to nearest even, saturate to [0, 255], NaN -> 0; "
+        "check)")
+def v_cvt_pk_u8_f32(w, ins, ctx):
+    with np.errstate(all="ignore"):
+        x = w.fread(ins.operands[1])
+        byte = np.where(np.isnan(x), 0, np.clip(np.rint(x), 0, 255)).astype(np.uint32)
+    shift = (w.vread(ins.operands[2]) & np.uint32(3)) * np.uint32(8)
+    old = w.vread(ins.operands[3])
+    w.vwrite(ins.operands[0], (old & ~(np.uint32(0xFF) << shift)) | (byte << shift))
 
 
 # --- integer and bitwise -----------------------------------------------------------------------------------------
@@ -179,14 +206,15 @@ def v_perm_b32(w, ins, ctx):
 @define("v_mov_b32", VALU, "PCODE {NAME}")
 def v_mov_b32(w, ins, ctx):
     src = ins.operands[1]
-    w.vwrite(ins.operands[0], w.fread(src).view(np.uint32) if (src.neg or src.abs) else w.vread(src))
+    w.vwrite(ins.operands[0], w.fread(src, arithmetic=False).view(np.uint32) if (src.neg or src.abs) else
+             w.vread(src))
 
 
 @define("v_cndmask_b32", VALU, "PCODE {NAME}")
 def v_cndmask_b32(w, ins, ctx):
     d, a, b, cond = ins.operands
-    a_val = w.fread(a).view(np.uint32) if (a.neg or a.abs) else w.vread(a)
-    b_val = w.fread(b).view(np.uint32) if (b.neg or b.abs) else w.vread(b)
+    a_val = w.fread(a, arithmetic=False).view(np.uint32) if (a.neg or a.abs) else w.vread(a)
+    b_val = w.fread(b, arithmetic=False).view(np.uint32) if (b.neg or b.abs) else w.vread(b)
     w.vwrite(d, np.where(int_to_mask(w.sread(cond, 64)), b_val, a_val))
 
 
@@ -235,8 +263,6 @@ def _swap_halves(w, ins, group: int) -> None:
     lower_src = vs[:, 0].copy()
     vs[:, 0] = vd[:, 1]
     vd[:, 1] = lower_src
-    w.forget_mfma_result("v", d.index)
-    w.forget_mfma_result("v", s.index)
 
 
 define("v_permlane32_swap_b32", VALU, "PCODE {NAME}")(lambda w, ins, ctx: _swap_halves(w, ins, 32))
@@ -261,6 +287,8 @@ def _packed_source(w, ins, i: int) -> tuple[np.ndarray, np.ndarray]:
     op_sel = ins.mods.get("op_sel", (0,) * n)
     op_sel_hi = ins.mods.get("op_sel_hi", (1,) * n)
     lo, hi = halves[op_sel[i]].view(np.float32), halves[op_sel_hi[i]].view(np.float32)
+    if w.flush_inputs:
+        lo, hi = formats.flush_denormals(lo), formats.flush_denormals(hi)
     if ins.mods.get("neg_lo", (0,) * n)[i]:
         lo = -lo
     if ins.mods.get("neg_hi", (0,) * n)[i]:
@@ -282,4 +310,4 @@ def _packed_op(name: str, fn, arity: int) -> None:
 
 _packed_op("v_pk_mul_f32", lambda a, b: a * b, 2)
 _packed_op("v_pk_add_f32", lambda a, b: a + b, 2)
-_packed_op("v_pk_fma_f32", _fma, 3)
+_packed_op("v_pk_fma_f32", fma_f32, 3)

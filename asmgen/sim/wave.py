@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .codeobject import Instruction, KernelDescriptor, Operand
+from .codeobject import KernelDescriptor, Operand
 from .errors import SimError
+from .formats import flush_denormals
 
 LANES = 64
 SGPR_SLOTS = 128  # operand encoding space: s0..s101, flat_scratch, vcc, ttmp, m0, exec
@@ -50,9 +51,8 @@ class Wave:
         self.wait_states = 0  # issue slots elapsed (s_nop N counts N+1): drives the hazard check
         self.vm: deque[Pending] = deque()
         self.lgkm: deque[Pending] = deque()
-        # (file, register) -> (wait_states at issue, required distance, the MFMA, its destination operand)
-        self.mfma_results: dict[tuple[str, int], tuple[int, int, Instruction, Operand]] = {}
-        self.recent: list = []  # (wait_states at issue, hazards.Producer) still inside a short hazard window
+        self.flush_inputs, self.flush_results = kd.flush_f32_inputs, kd.flush_f32_results  # FP32 denormal mode
+        self.recent: list = []  # (wait_states at issue, hazard facts, instruction, window) still inside its window
         self._exec_cache = (-1, None)
 
     # --- scalar state -------------------------------------------------------------------------------------------
@@ -107,9 +107,12 @@ class Wave:
             return np.full(LANES, self.scc, dtype=np.uint32)
         raise SimError(f"operand kind {op.kind} is not a vector source")
 
-    def fread(self, op: Operand, offset: int = 0) -> np.ndarray:
-        """A float32 source with its abs / neg input modifiers applied."""
+    def fread(self, op: Operand, offset: int = 0, arithmetic: bool = True) -> np.ndarray:
+        """A float32 source with its abs / neg input modifiers applied; an arithmetic source is flushed to zero
+        if denormal where the kernel descriptor's FP32 denormal mode flushes inputs."""
         x = self.vread(op, offset).view(np.float32)
+        if arithmetic and self.flush_inputs:
+            x = flush_denormals(x)
         if op.abs:
             x = np.abs(x)
         if op.neg:
@@ -131,11 +134,6 @@ class Wave:
             row[:] = values
         else:
             row[enabled] = values[enabled] if values.shape else values
-        self.forget_mfma_result(op.kind, op.index + offset)
-
-    def forget_mfma_result(self, kind: str, reg: int) -> None:
-        if self.mfma_results:
-            self.mfma_results.pop((kind, reg), None)
 
 
 def _f64_bits(value: float) -> int:

@@ -15,6 +15,7 @@ import torch
 from asmgen import build as build_driver
 from asmgen import gfx950
 from asmgen.gfx950 import hazards, kernel, schedule, toolchain
+from asmgen.sim.valu import fma_f32
 from zyfa import numerics
 
 NAMES = sorted(gfx950.VARIANTS)
@@ -29,7 +30,8 @@ s_or_b64 s_xor_b32 s_xor_b64 s_andn2_b32 s_andn2_b64 s_cselect_b32 s_cselect_b64
 s_max_i32 s_bfe_u32 s_addk_i32 s_mulk_i32 s_load_dword s_load_dwordx2 s_load_dwordx4 s_load_dwordx8
 s_and_saveexec_b64 v_mov_b32 v_add_f32 v_sub_f32 v_mul_f32 v_fma_f32 v_fmac_f32 v_max_f32 v_min_f32 v_max3_f32
 v_med3_f32 v_exp_f32 v_log_f32 v_rcp_f32 v_floor_f32 v_rndne_f32 v_ldexp_f32 v_cvt_f32_i32 v_cvt_f32_u32
-v_cvt_i32_f32 v_cvt_u32_f32 v_cvt_pk_fp8_f32 v_cvt_pk_bf16_f32 v_perm_b32 v_lshlrev_b32 v_lshrrev_b32 v_ashrrev_i32
+v_cvt_i32_f32 v_cvt_u32_f32 v_cvt_pk_fp8_f32 v_cvt_pk_u8_f32 v_cvt_pk_bf16_f32 v_perm_b32 v_lshlrev_b32 v_lshrrev_b32
+v_ashrrev_i32
 v_and_b32 v_or_b32 v_xor_b32 v_add_u32 v_sub_u32 v_mul_lo_u32 v_mul_u32_u24 v_mad_u32_u24 v_lshl_add_u32
 v_add_lshl_u32 v_lshl_or_b32 v_and_or_b32 v_bfe_u32 v_cndmask_b32 v_readfirstlane_b32 v_readlane_b32
 v_permlane32_swap_b32 v_permlane16_swap_b32 v_pk_mul_f32 v_pk_add_f32 v_pk_fma_f32 v_accvgpr_read_b32
@@ -223,39 +225,43 @@ def test_each_wave_transposes_the_v_rows_it_loads():
         assert kernel.v_share_keys(wave) == kernel.v_loaded_keys(wave, 128) == set(range(8 * wave, 8 * wave + 8))
 
 
-def _fma32(a, b, c):
-    """fl32(a*b + c) for the operands below: a*b and the sum are exact in float64 (their bits span < 53), so the
-    one float32 rounding is the FMA's."""
-    return (np.float64(a) * np.float64(b) + np.float64(c)).astype(np.float32)
+def _fma(a, b, c):
+    return fma_f32(*np.broadcast_arrays(np.float32(a), np.float32(b), np.float32(c)))
 
 
-def _lean_codes_as_the_kernel(z):
-    """The kernel's lean-P tail from z = fl(y/8 + 7/8): clamp to [0, 1], 64 z + 1.5*2^23, the low byte."""
-    z = np.clip(z, np.float32(0), np.float32(1)).astype(np.float32)
-    w = _fma32(z, np.float32(kernel.LEAN_CODE_RANGE), np.float32(kernel.ROUND_MAGIC))
-    return (w.view(np.uint32) & 0xFF).astype(np.uint8)
+LEAN_SLOPE = np.float32(kernel.LEAN_CODE_PER_DOUBLING)  # 8
+LEAN_OFFSET = np.float32(kernel.LEAN_CODE_MAX)  # 120
+
+
+def _lean_codes_as_the_kernel(w):
+    """The kernel's lean-P tail from w = fl(8y + 120): v_cvt_pk_u8_f32 rounds to nearest even and saturates."""
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isnan(w), 0, np.clip(np.rint(w), 0, 255)).astype(np.uint8)
 
 
 def test_lean_code_sequence_equals_the_model():
-    """max(0, rne(8y + 56)) from two FMAs with clamp and the magic constant, bit for bit as zyfa.numerics, ties
-    and the clamp included; and the folded form for e >= 0 (z = (x - m)/8 + (e + 7)/8) equals y = (x - m) + e."""
+    """max(0, rne(8y + 120)) (P offset 2^8) from one FMA and the rounding, saturating byte conversion, bit for bit
+    as zyfa.numerics with p_shift 8, ties and the saturation included; and the folded form for e >= 0
+    (w = 8 (x - m) + (8e + 120)) equals y = (x - m) + e first."""
+    assert kernel.P_SHIFT == 8 and kernel.LEAN_CODE_MAX == 120
     rng = np.random.default_rng(0)
-    halves = ((np.arange(-80, 8) + 0.5 - kernel.LEAN_CODE_OF_ONE) / 8).astype(np.float32)  # 8y + 56 half-integers
+    halves = ((np.arange(-130, 8) + 0.5 - kernel.LEAN_CODE_MAX) / 8).astype(np.float32)  # 8y + 120 half-integers
     near = np.concatenate([halves, np.nextafter(halves, np.float32(-np.inf)), np.nextafter(halves, np.float32(np.inf))])
-    y = np.concatenate([rng.uniform(-12, 0, 200_000), -rng.exponential(1.0, 100_000), near,
-                        [0.0, -np.inf, -1e30, -7.0625, -2.0**-20]]).astype(np.float32)
-    y = y[(y == 0) | (np.abs(y) >= 2.0**-20)]
-    model = numerics.lean_codes(torch.from_numpy(y)).numpy()
-    z = _fma32(y, np.float32(1 / 8), np.float32(7 / 8))
-    assert np.array_equal(_lean_codes_as_the_kernel(z), model)
+    y = np.concatenate([rng.uniform(-18, 0, 200_000), -rng.exponential(1.0, 100_000), near,
+                        [0.0, -np.inf, -1e30, -15.0625, -2.0**-20, -2.0**-30]]).astype(np.float32)
+    y = y[y <= 0]
+    codes = lambda y: numerics.lean_codes(torch.from_numpy(y), kernel.P_SHIFT).numpy()  # noqa: E731
+    model = codes(y)
+    assert model.max() == kernel.LEAN_CODE_MAX and model.min() == 0
+    assert np.array_equal(_lean_codes_as_the_kernel(_fma(y, LEAN_SLOPE, LEAN_OFFSET)), model)
 
     for e in (0, 1, 2, 3, 7, 20, 1000):
-        t = (-e - rng.uniform(0, 12, 50_000)).astype(np.float32)  # x - m <= -e for every key of the block
-        t = np.concatenate([t, (near - e).astype(np.float32), [np.float32(-e), np.float32(-np.inf)]])
+        t = (-e - rng.uniform(0, 18, 50_000)).astype(np.float32)  # x - m <= -e for every key of the block
+        t = np.concatenate([t, (near[near <= 0] - e).astype(np.float32), [np.float32(-e), np.float32(-np.inf)]])
         y_model = (t + np.float32(e)).astype(np.float32)
         assert np.array_equal(y_model.astype(np.float64), t.astype(np.float64) + e)  # exact, as the kernel assumes
-        z_fold = _fma32(t, np.float32(1 / 8), _fma32(np.float32(e), np.float32(1 / 8), np.float32(7 / 8)))
-        assert np.array_equal(_lean_codes_as_the_kernel(z_fold), numerics.lean_codes(torch.from_numpy(y_model)).numpy())
+        w_fold = _fma(t, LEAN_SLOPE, _fma(np.float32(e), LEAN_SLOPE, LEAN_OFFSET))
+        assert np.array_equal(_lean_codes_as_the_kernel(w_fold), codes(y_model))
 
 
 def test_schedule_cases_order_and_paths():
@@ -266,6 +272,6 @@ def test_schedule_cases_order_and_paths():
              schedule.analyse(t, scaled_pv=True, negative_e=True, with_rescale=True)]
     cycles = [c.other_cycles for c in cases]
     assert cycles == sorted(cycles)
-    assert cases[2].counts["valu"] - cases[1].counts["valu"] == 16 - 1  # y adds, less the (e + 7)/8 FMA
+    assert cases[2].counts["valu"] - cases[1].counts["valu"] == 16 - 1  # y adds, less the 8e + 120 FMA
     body = schedule.steady_state_body(t)
     assert not any(line.startswith(("v_rndne_f32", "v_cvt_u32_f32")) for line in body)

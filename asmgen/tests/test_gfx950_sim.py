@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from asmgen.gfx950 import VARIANTS
-from asmgen.sim.attention import run_attention
+from asmgen.sim.attention import manifest_entry, run_attention
 from zyfa import numerics
 from zyfa_tools import inputs
 
@@ -24,14 +24,14 @@ def fp32_scale(d_qk: int) -> float:
 
 
 def check(name: str, seqlen: int, heads: int, heads_k: int, std: float, data_seed: int = 0, **launch) -> None:
-    v = VARIANTS[name]
+    v, entry = VARIANTS[name], manifest_entry(name)[0]
     q, k, vv = inputs.gaussian(1, seqlen, heads, heads_k, v.d_qk, v.d_v, std=std, seed=data_seed)
     q8, k8, v8, d = inputs.quantize(q, k, vv, torch.float8_e4m3fn)
     descales = (d["q_descale"], d["k_descale"], d["v_descale"])
     scale = fp32_scale(v.d_qk)
     result = run_attention(name, q8, k8, v8, *descales, softmax_scale=scale, **launch)
     model, lse = numerics.attention(q8, k8, v8, q_descale=descales[0], k_descale=descales[1], v_descale=descales[2],
-                                    softmax_scale=scale, p_mode=v.p_mode, key_tile=64, return_lse=True)
+                                    softmax_scale=scale, config=numerics.config_from_kernel(entry), return_lse=True)
     out, ref = result.out.float(), model.float()
     step = torch.exp2(torch.floor(torch.log2(torch.maximum(out.abs(), ref.abs()).clamp_min(1e-30)))
                       - BF16_MANTISSA_BITS)
@@ -99,6 +99,6 @@ def test_backend_plan_runs_in_the_simulator_with_bhsd_strides():
     lse = torch.from_numpy(memory.read(lse_ptr, batch * heads * seqlen * 4).view(np.float32).copy())
     model, model_lse = numerics.attention(q8, k8, v8, q_descale=descales[0], k_descale=descales[1],
                                           v_descale=descales[2], softmax_scale=fp32_scale(kern.d_qk),
-                                          p_mode=kern.p_mode, key_tile=kern.tile_n, return_lse=True)
+                                          config=numerics.config_from_kernel(kern.fields), return_lse=True)
     assert ((got.float() - model.float()).norm() / model.float().norm()).item() < REL_TOLERANCE
     torch.testing.assert_close(lse.reshape(batch, heads, seqlen), model_lse, rtol=LSE_TOLERANCE, atol=LSE_TOLERANCE)

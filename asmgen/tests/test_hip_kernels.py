@@ -28,13 +28,6 @@ FAULT_MIN_ERROR = 0.05
 BF16_KERNELS = ("bf16_d128", "bf16_d192")
 
 
-def model_config(entry: dict) -> dict:
-    """zyfa.numerics keywords from the manifest fields (the interface's config_from_kernel mapping)."""
-    return {"p_mode": entry["p_mode"], "p_shift": entry["p_shift"], "rescale_threshold": entry["rescale_threshold"],
-            "rowsum": entry["rowsum"], "key_tile": entry["tile_n"], "block_scale": entry["scale_block"] is not None,
-            "scale_block": entry["scale_block"] or entry["tile_n"]}
-
-
 @cache
 def kernel_under_test(kernel: str) -> tuple[dict, bytes]:
     """(entry, code object): the committed one, or a fresh build for the kernels not in the manifest yet."""
@@ -54,7 +47,7 @@ def problem(kernel: str, kind: str, seqlen: int, heads: int, heads_k: int, seed:
     descales = {f"{n}_descale": d.get(f"{n}_descale", 1.0) for n in "qkv"}
     scale = float(torch.tensor(entry["d_qk"] ** -0.5, dtype=torch.float32))  # the FP32 scale the kernel receives
     model, lse = zyfa_numerics.attention(q, k, v, softmax_scale=scale, return_lse=True, **descales,
-                                         **model_config(entry))
+                                         config=zyfa_numerics.config_from_kernel(entry))
     return entry, (q, k, v, *descales.values()), scale, model, lse
 
 

@@ -108,10 +108,8 @@ def problem():
     descales = (d["q_descale"], d["k_descale"], d["v_descale"])
     scale = float(torch.tensor(128 ** -0.5, dtype=torch.float32))
     model, lse = zyfa_numerics.attention(q8, k8, v8, q_descale=descales[0], k_descale=descales[1],
-                                         v_descale=descales[2], softmax_scale=scale, p_mode=entry["p_mode"],
-                                         p_shift=entry["p_shift"], rowsum=entry["rowsum"], key_tile=entry["tile_n"],
-                                         scale_block=entry["scale_block"],
-                                         rescale_threshold=entry["rescale_threshold"], return_lse=True)
+                                         v_descale=descales[2], softmax_scale=scale,
+                                         config=zyfa_numerics.config_from_kernel(entry), return_lse=True)
     return entry, (q8, k8, v8), descales, scale, model, lse
 
 

@@ -67,6 +67,60 @@ def test_float_arithmetic_matches_float32():
     np.testing.assert_array_equal(out[10], np.clip(a + b, 0, 1))
 
 
+def _exact_fma_f32(a, b, c) -> np.ndarray:
+    """fl32(a*b + c) from the exact rational value (nearest, ties to even)."""
+    from fractions import Fraction
+    out = []
+    for x, y, z in zip(a.tolist(), b.tolist(), c.tolist(), strict=True):
+        exact = Fraction(x) * Fraction(y) + Fraction(z)
+        near = np.float32(float(exact))
+        candidates = [np.nextafter(near, np.float32(-np.inf)), near, np.nextafter(near, np.float32(np.inf))]
+        out.append(min(candidates, key=lambda f: (abs(Fraction(float(f)) - exact), int(f.view(np.uint32)) & 1)))
+    return np.array(out, dtype=np.float32)
+
+
+def test_fused_multiply_add_rounds_once():
+    """a*b lands on a float32 midpoint and c is far below it: a float64 sum would round to the midpoint and then
+    to even (twice); the fused result is the neighbour on c's side. Plus random operands with cancellation."""
+    a = (1 + 2.0**-12 * (1 + 2 * np.arange(LANES) % 7)).astype(np.float32)
+    b = np.full(LANES, 1 + 2.0**-12, np.float32)
+    c = (np.where(np.arange(LANES) % 2, 1, -1) * 2.0**-80).astype(np.float32)
+    r = gaussian(3)
+    r[2] = np.where(np.arange(LANES) % 3, -(r[0].astype(np.float64) * r[1]).astype(np.float32), r[2])
+    x = np.stack([a, b, c, *r])
+    body = loads(2, 4, 6, 8, 9, 11) + """\
+  v_fma_f32 v20, v2, v4, v6
+  v_fma_f32 v21, v8, v9, v11
+  v_pk_fma_f32 v[22:23], v[2:3], v[4:5], v[6:7] op_sel_hi:[0,0,0]
+""" + stores(20, 21, 22)
+    out = run_f32(body, x, 3)
+    np.testing.assert_array_equal(out[0], _exact_fma_f32(a, b, c))
+    assert not np.array_equal(out[0], (a.astype(np.float64) * b + c).astype(np.float32))  # the double rounding
+    np.testing.assert_array_equal(out[1], _exact_fma_f32(*r))
+    np.testing.assert_array_equal(out[2], out[0])
+
+
+@pytest.mark.parametrize("mode,flush_in,flush_out", [(0, True, True), (1, False, True), (2, True, False),
+                                                     (3, False, False)])
+def test_fp32_denormals_follow_the_descriptor(mode, flush_in, flush_out):
+    """.amdhsa_float_denorm_mode_32: 0 flushes denormal inputs and results (LLVM's default), 1 results, 2 inputs,
+    3 neither; moves keep their bits."""
+    tiny = np.float32(2.0**-140)
+    x = np.stack([np.full(LANES, tiny), np.full(LANES, np.float32(2.0**-20)), np.full(LANES, np.float32(2.0**-110))])
+    body = loads(2, 3, 4) + """\
+  v_add_f32 v10, v2, 0
+  v_mul_f32 v11, v3, v4
+  v_mov_b32 v12, v2
+  v_pk_mul_f32 v[14:15], v[2:3], 1.0 op_sel_hi:[0,0]
+""" + stores(10, 11, 12, 14)
+    out = run_f32(body, x, 4, float_denorm_mode_32=mode)
+    product = np.float32(2.0**-130)  # denormal result of two normal inputs
+    assert out[0][0] == (0 if flush_in or flush_out else tiny)
+    assert out[1][0] == (0 if flush_out else product)
+    assert out[2][0] == tiny
+    assert out[3][0] == (0 if flush_in or flush_out else tiny)
+
+
 def test_transcendentals_and_rounding():
     x = gaussian(2, 8.0)
     x[0, :4] = [-130.0, -126.5, 2.5, -2.5]  # exp2 below 2^-126 flushes to zero; rndne ties go to even
@@ -92,7 +146,29 @@ def test_transcendentals_and_rounding():
     assert f[4][2] == 2.0 and f[4][3] == -2.0
     trunc = np.trunc(x[0]).astype(np.int32)
     np.testing.assert_array_equal(out[5].view(np.int32), trunc)
-    np.testing.assert_array_equal(f[6], np.ldexp(x[1], trunc))
+    scaled = np.ldexp(x[1], trunc)  # denormal results flush (the snippet's descriptor flushes FP32 denormals)
+    np.testing.assert_array_equal(f[6], np.where(np.abs(scaled) < 2.0**-126, np.copysign(0, scaled), scaled))
+
+
+def test_byte_conversion_rounds_to_nearest_even_saturates_and_packs():
+    """v_cvt_pk_u8_f32 (lean P's last step): round to nearest even (ties 0.5 -> 0, 1.5 -> 2, 119.5 -> 120),
+    saturate to [0, 255] (negative and -inf -> 0, beyond -> 255), NaN -> 0, byte k of the destination replaced."""
+    special = [0.5, 1.5, 2.5, 119.5, 120.49, -3.0, -np.inf, 300.0, np.nan, 0.0]
+    x = gaussian(4, 60.0) + 60
+    x[0, :len(special)] = special
+    body = loads(2, 3, 4, 5) + """\
+  v_mov_b32 v10, 0x12345678
+  v_cvt_pk_u8_f32 v10, v2, 0, v10
+  v_cvt_pk_u8_f32 v11, v3, 1, 0
+  v_cvt_pk_u8_f32 v11, v4, 2, v11
+  v_cvt_pk_u8_f32 v11, v5, 3, v11
+""" + stores(10, 11)
+    out = run_snippet(body, x.view(np.uint32), 2)
+    with np.errstate(invalid="ignore"):
+        codes = np.where(np.isnan(x), 0, np.clip(np.rint(x), 0, 255)).astype(np.uint32)
+    np.testing.assert_array_equal(out[0], (np.uint32(0x12345600)) | codes[0])
+    np.testing.assert_array_equal(out[1], codes[1] << 8 | codes[2] << 16 | codes[3] << 24)
+    assert list(codes[0, :len(special)]) == [0, 2, 2, 120, 120, 0, 0, 255, 0, 0]
 
 
 def test_conversions_to_fp8_and_bf16_round_to_nearest_even():
@@ -176,8 +252,10 @@ def test_compare_cndmask_and_exec():
     x[1, :8] = x[0, :8]
     body = loads(2, 3) + """\
   v_cmp_lt_f32 vcc, v2, v3
+  s_nop 1
   v_cndmask_b32 v10, v2, v3, vcc
   v_cmp_ge_i32 s[8:9], v2, v3
+  s_nop 1
   v_cndmask_b32_e64 v11, 0, 1.0, s[8:9]
   v_cmp_eq_f32 vcc, v2, v3
   v_mov_b32 v12, 7
@@ -185,6 +263,7 @@ def test_compare_cndmask_and_exec():
   v_mov_b32 v12, 9
   s_mov_b64 exec, s[10:11]
   v_cmp_neq_f32 s[12:13], v2, v3
+  s_nop 1
   v_mov_b32 v13, s12
   v_mov_b32 v14, s13
 """ + stores(10, 11, 12, 13, 14)
@@ -249,6 +328,7 @@ def test_lane_operations():
     body = loads(2, 3, 4) + """\
   v_readfirstlane_b32 s8, v2
   v_readlane_b32 s9, v2, 37
+  s_nop 1
   v_mov_b32 v10, s8
   v_mov_b32 v11, s9
   v_mov_b32 v12, v2
@@ -528,6 +608,7 @@ def test_vmcnt_counts_in_order():
 BARRIER_BODY = """\
   v_and_b32 v1, 0xfc, v1
   v_lshrrev_b32 v5, 6, v0
+  s_nop 0
   v_readfirstlane_b32 s12, v5
   s_cmp_eq_u32 s12, 0
   s_cbranch_scc0 consumer

@@ -15,7 +15,8 @@ from asmgen.sim import HazardError, SimError
 from asmgen.sim.attention import manifest_entry, run_attention
 from zyfa_tools import inputs
 
-KERNELS = ("fp8_d128", "fp8_d192")
+KERNELS = tuple(sorted(gfx950.VARIANTS))  # fp8_d128 (lean P), fp8_d128_exact, fp8_d192 (exact P)
+FAULT_KERNELS = ("fp8_d128", "fp8_d192")  # one per head dim: the faults are independent of the P format
 # The kernel differs from the model only in FP32 summation order and exp2's last bits: a few outputs differ by a
 # BF16 rounding step, or by more where an exact-P probability lands on the other side of an e4m3 rounding boundary
 # (observed: under 1e-4 of the elements, relative error ~3e-5); lse by float32 rounding.
@@ -34,9 +35,8 @@ def problem(kernel: str, kind: str, seqlen: int, heads: int, heads_k: int, seed:
     q8, k8, v8, d = inputs.quantize(q, k, v, torch.float8_e4m3fn)
     descales = (d["q_descale"], d["k_descale"], d["v_descale"])
     model, lse = zyfa_numerics.attention(q8, k8, v8, q_descale=descales[0], k_descale=descales[1],
-                                         v_descale=descales[2], p_mode=entry["p_mode"], key_tile=entry["tile_n"],
-                                         scale_block=entry["scale_block"],
-                                         rescale_threshold=entry["rescale_threshold"], return_lse=True)
+                                         v_descale=descales[2], config=zyfa_numerics.config_from_kernel(entry),
+                                         return_lse=True)
     return entry, (q8, k8, v8), descales, model, lse
 
 
@@ -75,7 +75,7 @@ def test_kernel_matches_numerics_model(kernel, kind, heads, heads_k):
     compare(entry, result, model, lse)
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", FAULT_KERNELS)
 def test_workgroups_walk_several_jobs(kernel):
     """264 heads (GQA, 4 per KV head) give 264 jobs on the 256-workgroup persistent grid: workgroups 0-3 run
     2 jobs each, of different heads."""
@@ -105,9 +105,10 @@ def test_kernel_at_seqlen_1k(kernel, heads):
     compare(entry, result, model, lse)
 
 
-def test_command_line_prints_the_relative_error_last(capsys):
+@pytest.mark.parametrize("kernel", ["fp8_d128", "fp8_d128_exact"])
+def test_command_line_prints_the_relative_error_last(capsys, kernel):
     from asmgen.sim.__main__ import LAST_LINE, main
-    assert main(["run", "--kernel", "fp8_d128", "--seqlen", "256", "--heads", "2", "--kv-heads", "1"]) == 0
+    assert main(["run", "--kernel", kernel, "--seqlen", "256", "--heads", "2", "--kv-heads", "1"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     prefix = LAST_LINE.split("{")[0]
     assert last.startswith(prefix)
@@ -117,7 +118,7 @@ def test_command_line_prints_the_relative_error_last(capsys):
 FAULT_SCHEDULES = {"drop_waitcnt": "round_robin", "bad_lds_offset": "round_robin", "drop_barrier": "greedy"}
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", FAULT_KERNELS)
 @pytest.mark.parametrize("fault", sorted(FAULT_SCHEDULES))
 def test_fault_injected_variant_is_caught(kernel, fault):
     assert fault in gfx950.FAULTS
@@ -134,8 +135,10 @@ def test_fault_injected_variant_is_caught(kernel, fault):
 
 
 @pytest.mark.parametrize("padding,match", [
-    (r"s_nop ([3-9]|1[0-5])\b", r"MFMA hazard: .*`v_mfma_f32_32x32x64_f8f6f4 .* after \d+ wait states; 20 required"),
-    (r"s_nop \d+\b", r"hazard: .*s_mov_b32 m0.*after 0 wait states; 1 required"),
+    (r"s_nop ([3-9]|1[0-5])\b",
+     r"MFMA hazard \(mfma_write_read\): .*`v_mfma_f32_32x32x64_f8f6f4 .* after \d+ wait states; 20 required"),
+    (r"s_nop \d+\b", r"hazard \(valu_vgpr_readlane\): .*`v_lshrrev_b32.*v_readfirstlane_b32.*after 0 wait states; "
+                     r"1 required"),
 ])
 def test_kernel_without_its_hazard_padding_raises(padding, match):
     """Remove the generator's s_nop padding (the long MFMA pads, or all of them): the simulator names the pair."""

@@ -255,9 +255,11 @@ def test_model_settings_come_from_the_manifest(check_module):
     assert set(kernels) == set(cfg.HEAD_DIMS)
     for (d_qk, _), kernel in kernels.items():
         settings = check_module.model_settings(kernel, "gfx950")
-        assert settings == {"p_mode": "lean" if d_qk == 128 else "exact", "key_tile": kernel.tile_n,
-                            "scale_block": 64, "rescale_threshold": 0.125}
-        assert check_module.model_settings(kernel, "reference")["key_tile"] == 128
+        assert settings == {"p_mode": "lean" if d_qk == 128 else "exact", "p_shift": 8, "rowsum": "rounded",
+                            "key_tile": kernel.tile_n, "block_scale": True, "scale_block": 64,
+                            "rescale_threshold": 0.125}
+        assert kernel.p_mode_default
+        assert check_module.model_settings(kernel, "reference") == {"p_mode": settings["p_mode"], "key_tile": 128}
 
 
 def test_descale_forms(check_module):
