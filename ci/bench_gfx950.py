@@ -1,6 +1,6 @@
-"""Benchmark of the gfx950 FP8 kernels against the peers available on ROCm, in the same run (DESIGN.md's protocol,
-with fewer repetitions when asked: see --calls, --warmup, --rounds): torch SDPA in BF16 (flash or memory-efficient
-backend; the math fallback is not a peer) and AITER's FP8 attention when the `aiter` package is importable
+"""Benchmark of the gfx950 FP8 kernels against the peers available on ROCm, in the same run (the protocol of
+docs/design.md, with fewer repetitions when asked: see --calls, --warmup, --rounds): torch SDPA in BF16 (flash or
+memory-efficient backend; the math fallback is not a peer) and AITER's FP8 attention when the `aiter` package is importable
 (otherwise skipped, with the reason in the results).
 
 Causal, batch 1, S in --seqlens, max(32, 262144/S) query heads, MHA and GQA 4:1, Gaussian q/k/v with std 0.1,
