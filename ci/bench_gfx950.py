@@ -1,7 +1,7 @@
 """Benchmark of the gfx950 FP8 kernels against the peers available on ROCm, in the same run (the protocol of
 docs/design.md, with fewer repetitions when asked: see --calls, --warmup, --rounds): torch SDPA in BF16 (flash or
-memory-efficient backend; the math fallback is not a peer) and AITER's FP8 attention when the `aiter` package is importable
-(otherwise skipped, with the reason in the results).
+memory-efficient backend; the math fallback is not a peer) and AITER's FP8 attention when the `aiter` package is
+importable (otherwise skipped, with the reason in the results).
 
 Causal, batch 1, S in --seqlens, max(32, 262144/S) query heads, MHA and GQA 4:1, Gaussian q/k/v with std 0.1,
 throughput = B H S^2 (d_qk + d_v) / time, kernel-only device time (graph replays of `calls` calls after `warmup`
