@@ -195,4 +195,3 @@ def v_writelane_b32(w, ins, ctx):
     if d.kind != "v":
         raise SimError(f"{ins.addr:#x}: {ins.name} writes a VGPR")
     w.v[d.index][w.sread(lane) & (LANES - 1)] = w.sread(value)
-    w.forget_mfma_result("v", d.index)
