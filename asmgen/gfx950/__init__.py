@@ -33,6 +33,10 @@ def _entry(v: Variant) -> dict:
         "d_v": v.d_v, "p_mode": v.p_mode, "tile_m": TILE_M, "tile_n": TILE_N, "scale_block": SCALE_BLOCK,
         "rescale_threshold": TAU, "threads": WAVES * WAVE_SIZE, "shared_bytes": v.lds_bytes, "grid": "persistent",
         "grid_size": PERSISTENT_GRID,
+        "p_mode_default": True,  # each head dim has one kernel: lean at d = 128, exact at d_qk = 192
+        "p_shift": 8, "rowsum": "rounded", "schedule": "chiplet_pairs", "seqlen_min": None, "seqlen_max": None,
+        "offset_bits": 32,  # buffer offsets per (batch, head) slice
+        "masks_tail": False,  # seqlen is padded to the tiles
         "args": [{"name": n, "type": t} for n, t in ARGS],
     }
 
