@@ -5,7 +5,8 @@ the device once (then cached), the descales stay on the device (the kernel reads
 on the current stream. BF16 inputs on gfx950 need the HIP C++ kernels, which are not built yet.
 
 `plan` is pure (shapes, strides and pointers in; kernel, grid and argument values out) so that it can be tested
-without a GPU; `forward` allocates the outputs and launches the plan.
+without a GPU; `forward` prepares a plan once per shape (device.Prepared) and then only fills in each call's
+pointers. The kernel comes from the manifest (dispatch.kernel: dtype, head dims, p_mode, offset_bits).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from dataclasses import dataclass
 import torch
 
 from .. import jobs as job_tables
-from .device import Operand, current_stream, device_index, job_table, loader, outputs
+from . import device as dev
+from . import dispatch
+from .device import Operand, loader
 
 TARGET = "gfx950"
 CHIPLETS = 8  # XCDs of an MI355X: workgroup w runs on chiplet w % 8
 OFFSET_LIMIT = 2**32  # the kernels address each (batch, head) slice with 32-bit buffer offsets
-DTYPES = {torch.float8_e4m3fn: "fp8e4m3"}
+POINTERS = ("q", "k", "v", "out", "lse", "q_descale", "k_descale", "v_descale")  # per call
 
 
 @dataclass(frozen=True)
@@ -76,14 +79,12 @@ def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int,
 # ---- device-side state, cached -----------------------------------------------------------------------------------
 
 
-def find_kernel(dtype: torch.dtype, d_qk: int, d_v: int):
-    if dtype not in DTYPES:
+def find_kernel(dtype: torch.dtype, d_qk: int, d_v: int, seqlen: int = 1, p_mode: str | None = None,
+                span_bytes: int = 0):
+    if dtype != torch.float8_e4m3fn:
         raise ValueError(f"gfx950: dtype {dtype} is not supported yet: the MI355X kernels take float8_e4m3fn inputs "
                          f"(BF16 on gfx950 is planned); use ZYFA_BACKEND=reference for BF16 on this GPU")
-    try:
-        return loader().manifest().find(target=TARGET, dtype=DTYPES[dtype], d_qk=d_qk, d_v=d_v)
-    except KeyError as error:
-        raise ValueError(f"gfx950: no kernel for head dims d_qk={d_qk}, d_v={d_v}: {error}") from None
+    return dispatch.kernel(TARGET, dtype, d_qk, d_v, p_mode, seqlen, span_bytes)
 
 
 def host_job_table(batch: int, heads: int, num_tiles: int, grid: int):
@@ -103,18 +104,48 @@ def _check_descale(name: str, t, batch: int, heads_k: int, device: torch.device)
                          f"{device}; got {t.dtype} {tuple(t.shape)} on {t.device}")
 
 
-def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layout: str):
-    """Interface of every backend: padded inputs contiguous in `layout` -> (out BF16 in `layout`, lse float32)."""
-    kernel = find_kernel(q.dtype, q.shape[-1], v.shape[-1])
-    qo, ko, vo = (Operand.of(t, layout) for t in (q, k, v))
-    batch, seqlen, heads, _ = qo.shape
+def _slice_span(t: torch.Tensor, seq_dim: int) -> int:
+    """Bytes one (batch, head) slice of t spans (what the kernels address with their buffer offsets)."""
+    return ((t.shape[seq_dim] - 1) * t.stride(seq_dim) + t.shape[-1]) * t.element_size()
+
+
+_prepared = dev.LRU(dev.PREPARED, lambda prepared: dev.release(prepared.table))
+
+
+def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layout: str, p_mode: str | None = None):
+    """Interface of every backend: inputs in `layout`, any length and strides -> (out BF16 contiguous in `layout`,
+    lse float32). Inputs are padded to the tiles unless the kernel masks its last tile, and copied where the
+    kernel cannot read the view (a last dimension that is not contiguous)."""
+    seq_dim = 1 if layout == "bshd" else 2
+    seqlen = q.shape[seq_dim]
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    span = max(_slice_span(t, seq_dim) for t in (q, k, v))
+    kernel = find_kernel(q.dtype, q.shape[-1], v.shape[-1], seqlen, p_mode, span)
+    batch, heads = q.shape[0], q.shape[2 if layout == "bshd" else 1]
+    heads_k = k.shape[2 if layout == "bshd" else 1]
     for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
-        _check_descale(name, t, batch, ko.shape[2], q.device)
-    out, lse = outputs(q, batch, seqlen, heads, kernel.d_v, layout)
-    device = device_index(q)
-    jobs = job_table(host_job_table, batch, heads, math.ceil(seqlen / kernel.tile_m), kernel.grid_size, device=device)
-    p = plan(kernel, qo, ko, vo, Operand.of(out, layout), lse.data_ptr(),
-             (q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr()), jobs.data_ptr(), jobs.shape[0],
-             softmax_scale)
-    launch(p, device, current_stream(device))
+        _check_descale(name, t, batch, heads_k, q.device)
+    length = seqlen if kernel.masks_tail else -(-seqlen // kernel.tile_m) * kernel.tile_m
+    if length != seqlen:
+        q, k, v = (dev.padded(t, seq_dim, length) for t in (q, k, v))
+    out, lse = dev.outputs(q, batch, length, heads, kernel.d_v, layout)
+    device = dev.device_index(q)
+    stream = dev.current_stream(device)
+    key = (kernel, device, layout, softmax_scale, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(),
+           out.stride())
+    prepared = _prepared.get(key)
+    if prepared is None:
+        table = dev.job_table(host_job_table, batch, heads, math.ceil(length / kernel.tile_m), kernel.grid_size,
+                              device=device)
+        p = plan(kernel, Operand.of(q, layout), Operand.of(k, layout), Operand.of(v, layout), Operand.of(out, layout),
+                 lse.data_ptr(), (q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr()),
+                 table.device.data_ptr(), table.device.shape[0], softmax_scale)
+        prepared = dev.Prepared(loader().launcher(kernel, device, p.grid), p, table, p.args, POINTERS)
+        _prepared.put(key, prepared)
+    prepared.table.used_on(stream)
+    prepared.launch(stream, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                             q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr()))
+    if length != seqlen:
+        out = out.narrow(seq_dim, 0, seqlen).contiguous()
+        lse = lse[:, :, :seqlen].contiguous()
     return out, lse
