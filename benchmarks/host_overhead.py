@@ -10,6 +10,7 @@ descale tensors, as fp8_quantize returns).
     python benchmarks/host_overhead.py                 # on an H100/H200: ZYFA, torch SDPA and FA3 (if importable)
     python benchmarks/host_overhead.py --fake          # anywhere: ZYFA's whole path against the fake CUDA driver
     python benchmarks/host_overhead.py --fake --profile 20  # and the 20 functions with the most own time (cProfile)
+    python benchmarks/host_overhead.py --fake --fake-target gfx950  # the FP8 path of the gfx950 backend
 
 --fake (the default without a CUDA GPU) runs CPU tensors through the sm90a backend as if they were on an H200:
 the fake driver of zyfa_kernels.testing (built with `cc`) loads fake code objects with the manifest's argument
@@ -35,9 +36,11 @@ from pathlib import Path
 
 import torch
 
+FAKE_DEVICES = {"sm90a": ("cuda", "sm90", "fake H200"), "gfx950": ("rocm", "gfx950", "fake MI355X")}
 
-def fake_h200(tmp: Path) -> str:
-    """Route zyfa's sm90a backend to the fake CUDA driver for CPU tensors; returns a description of the setup."""
+
+def fake_gpu(tmp: Path, target: str) -> str:
+    """Route zyfa's `target` backend to the fake driver for CPU tensors; returns a description of the setup."""
     from zyfa_kernels.testing import build_fake_driver, fake_image, write_manifest
 
     os.environ["ZYFA_CUDA_DRIVER"] = os.environ["ZYFA_HIP_DRIVER"] = str(build_fake_driver(tmp))
@@ -57,7 +60,7 @@ def fake_h200(tmp: Path) -> str:
     from zyfa.backends import device
 
     checks.cpu_values = lambda *args: None  # GPU tensors' values are not checked (that would wait for the device)
-    backends.describe = lambda d: backends.DeviceDescription("cuda", "sm90", "fake H200")
+    backends.describe = lambda d: backends.DeviceDescription(*FAKE_DEVICES[target])
     device.device_index = lambda t: 0
     device.current_stream = lambda index: 0
     device.capturing = lambda: False
@@ -66,7 +69,7 @@ def fake_h200(tmp: Path) -> str:
         return _fake_tables(build, args)
 
     device.job_table = job_table
-    return "fake CUDA driver (zyfa_kernels.testing), CPU tensors"
+    return f"{target} backend, fake driver (zyfa_kernels.testing), CPU tensors"
 
 
 @functools.cache
@@ -113,24 +116,31 @@ def contenders(seqlen: int, heads: int, dtype: torch.dtype, device: str, fake: b
     return calls
 
 
-def host_us(call, calls: int, warmup: int, rounds: int, sync) -> list[float]:
+def host_us(call, calls: int, warmup: int, rounds: int, sync) -> tuple[list[float], list[float]]:
+    """Per round: wall-clock and process CPU microseconds per call (the CPU time is what a loaded machine's
+    scheduler does not inflate)."""
     for _ in range(warmup):
         call()
     sync()
-    times = []
+    wall, cpu = [], []
     for _ in range(rounds):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         for _ in range(calls):
             call()
-        times.append((time.perf_counter() - start) / calls * 1e6)
+        wall.append((time.perf_counter() - start) / calls * 1e6)
+        cpu.append((time.process_time() - start_cpu) / calls * 1e6)
         sync()
-    return times
+    return wall, cpu
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--fake", action="store_true", help="the fake CUDA driver and CPU tensors (default without a GPU)")
-    ap.add_argument("--seqlens", type=int, nargs="+", default=[256, 1000])
+    ap.add_argument("--fake", action="store_true", help="the fake driver and CPU tensors (default without a GPU)")
+    ap.add_argument("--fake-target", choices=sorted(FAKE_DEVICES), default="sm90a",
+                    help="the backend the fake device runs (gfx950 times the FP8 path where sm90a has no FP8 kernel)")
+    ap.add_argument("--seqlens", type=int, nargs="+",
+                    help="sequence lengths (default 256 and 1000 on a GPU; 256 with --fake, where padding copies "
+                         "would be CPU memory copies)")
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--calls", type=int, default=1000, help="calls per timed round")
     ap.add_argument("--warmup", type=int, default=100)
@@ -142,10 +152,11 @@ def main(argv=None) -> int:
     fake = args.fake or not torch.cuda.is_available()
     tmp = tempfile.TemporaryDirectory()
     if fake:
-        setup, device, sync = fake_h200(Path(tmp.name)), "cpu", lambda: None
+        setup, device, sync = fake_gpu(Path(tmp.name), args.fake_target), "cpu", lambda: None
     else:
         device, sync = "cuda", torch.cuda.synchronize
         setup = f"{torch.cuda.get_device_name()} (real driver)"
+    seqlens = args.seqlens or ([256] if fake else [256, 1000])
     import zyfa
 
     report = {"setup": setup, "python": platform.python_version(), "torch": torch.__version__,
@@ -155,7 +166,7 @@ def main(argv=None) -> int:
           file=sys.stderr)
     with torch.inference_mode():
         for dtype in (torch.bfloat16, torch.float8_e4m3fn):
-            for seqlen in args.seqlens:
+            for seqlen in seqlens:
                 for name, call in contenders(seqlen, args.heads, dtype, device, fake).items():
                     row = {"impl": name, "dtype": str(dtype).removeprefix("torch."), "seqlen": seqlen,
                            "heads": args.heads}
@@ -163,11 +174,12 @@ def main(argv=None) -> int:
                         row["error"] = call
                     else:
                         try:
-                            times = host_us(call, args.calls, args.warmup, args.rounds, sync)
+                            times, cpu = host_us(call, args.calls, args.warmup, args.rounds, sync)
                         except (ValueError, RuntimeError) as error:
                             row["error"] = str(error).splitlines()[0]
                         else:
-                            row.update(us_per_call=statistics.median(times), min=min(times), max=max(times))
+                            row.update(us_per_call=statistics.median(times), min=min(times), max=max(times),
+                                       cpu_us_per_call=statistics.median(cpu))
                             if args.profile and name == "zyfa":
                                 profile(call, args.calls, args.profile)
                     report["results"].append(row)
@@ -191,18 +203,19 @@ def format_row(row: dict) -> str:
     what = f"{row['impl']:>10} {row['dtype']:>13} S={row['seqlen']:<6}"
     if "error" in row:
         return f"{what} -- {row['error']}"
-    return f"{what} {row['us_per_call']:8.1f} us/call (range {row['min']:.1f}-{row['max']:.1f})"
+    return (f"{what} {row['us_per_call']:8.1f} us/call (range {row['min']:.1f}-{row['max']:.1f}; CPU time "
+            f"{row['cpu_us_per_call']:.1f})")
 
 
 def table(report: dict) -> str:
     lines = [f"Host time per call ({report['setup']}; median of {report['rounds']} rounds of {report['calls']} calls)",
-             "", "| impl | dtype | S | us/call | range |", "|---|---|---|---|---|"]
+             "", "| impl | dtype | S | us/call | range | CPU us/call |", "|---|---|---|---|---|---|"]
     for row in report["results"]:
         if "error" in row:
-            lines.append(f"| {row['impl']} | {row['dtype']} | {row['seqlen']} | - | {row['error']} |")
+            lines.append(f"| {row['impl']} | {row['dtype']} | {row['seqlen']} | - | {row['error']} | - |")
         else:
             lines.append(f"| {row['impl']} | {row['dtype']} | {row['seqlen']} | {row['us_per_call']:.1f} | "
-                         f"{row['min']:.1f}-{row['max']:.1f} |")
+                         f"{row['min']:.1f}-{row['max']:.1f} | {row['cpu_us_per_call']:.1f} |")
     return "\n".join(lines)
 
 

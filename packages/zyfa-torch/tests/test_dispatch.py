@@ -89,6 +89,7 @@ def test_select_cpu_and_missing_module(monkeypatch):
     monkeypatch.setattr(backends, "describe", lambda device: DeviceDescription("cuda", "sm90", "NVIDIA H200"))
     monkeypatch.setitem(sys.modules, "zyfa.backends.sm90a", None)  # makes the import fail as if not installed
     monkeypatch.setattr(backends, "_loaded", {})
+    monkeypatch.setattr(backends, "_selected", {})
     with pytest.raises(UnsupportedDeviceError, match=r"sm90a backend \(zyfa.backends.sm90a\) is not part"):
         backends.select(torch.device("cpu"))
 
@@ -102,6 +103,7 @@ def test_public_api_on_device_without_kernel(monkeypatch):
     q, k, v = small_inputs()
     expected = flash_attn_func(q, k, v, causal=True)
     monkeypatch.setattr(backends, "describe", lambda device: DeviceDescription("cuda", "sm80", "NVIDIA A100"))
+    monkeypatch.setattr(backends, "_selected", {})
     monkeypatch.delenv(backends.BACKEND_ENV, raising=False)
     with pytest.raises(UnsupportedDeviceError, match="cuda sm80 NVIDIA A100"):
         flash_attn_func(q, k, v, causal=True)

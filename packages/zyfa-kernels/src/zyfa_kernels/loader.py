@@ -8,6 +8,7 @@ $ZYFA_HIP_DRIVER). The library is opened on first use; loaded modules stay loade
 
 from __future__ import annotations
 
+import struct
 import threading
 
 from . import _loader
@@ -132,7 +133,7 @@ class Launcher:
     launcher(stream, buffer) launches with an argument buffer from pack_args; launcher.launch(stream, values)
     packs `values` given in the manifest's argument order first (the hot path's form: no dict)."""
 
-    __slots__ = ("kernel", "device", "grid", "_block", "_function", "_launch", "_pack", "_shared")
+    __slots__ = ("kernel", "device", "grid", "_block", "_function", "_launch", "_pack", "_pack_checked", "_shared")
 
     def __init__(self, kernel: Kernel, device: int, grid: tuple[int, int, int]):
         _check_grid(grid)
@@ -141,14 +142,20 @@ class Launcher:
         self._launch = driver(kernel.target).launch
         self._block = (kernel.threads, 1, 1)
         self._shared = kernel.dynamic_shared_bytes
-        self._pack = kernel.layout.pack_ordered
+        self._pack = kernel.layout.packer.pack
+        self._pack_checked = kernel.layout.pack_ordered
 
     def __call__(self, stream: int, buffer: bytes) -> None:
         self._launch(self.device, self._function, self.grid, self._block, self._shared, stream, buffer)
 
     def launch(self, stream: int, values) -> None:
-        self._launch(self.device, self._function, self.grid, self._block, self._shared, stream,
-                     self._pack(values, self.kernel.name))
+        """values: in the manifest's argument order, of the types pack_args takes (bools are not refused here: the
+        hot path packs with struct alone and explains only what struct refuses)."""
+        try:
+            buffer = self._pack(*values)
+        except (struct.error, OverflowError, TypeError):
+            buffer = self._pack_checked(values, self.kernel.name)  # raises, naming the argument
+        self._launch(self.device, self._function, self.grid, self._block, self._shared, stream, buffer)
 
 
 def launcher(kernel: Kernel, device: int, grid: tuple[int, int, int]) -> Launcher:

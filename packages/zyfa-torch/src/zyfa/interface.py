@@ -23,21 +23,23 @@ PACK_DIM = {"bshd": 2, "bhsd": 1}  # packed qkv / kv: the pack dimension stands 
 
 @functools.lru_cache(maxsize=64)
 def _filled(value: float, shape: tuple[int, int], device: torch.device) -> torch.Tensor:
-    """A float descale as a (batch, heads_k) tensor, made once per value, shape and device (never written)."""
-    return torch.full(shape, value, dtype=torch.float32, device=device)
+    """A float descale as a (batch, heads_k) tensor, made once per value, shape and device (never written; a
+    normal tensor even when made under inference_mode)."""
+    with torch.inference_mode(False):
+        return torch.full(shape, value, dtype=torch.float32, device=device)
 
 
 def _descale_tensor(value, shape, device) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value.contiguous()  # a (batch, heads_k) tensor as it is; an expanded one-element one is copied
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():  # traced or fake: nothing cached
         return torch.full(shape, value, dtype=torch.float32, device=device)
     return _filled(value, shape, device)
 
 
 def _direct(q, k, v) -> bool:
     """Whether the op's implementation may be called without the dispatcher (see the module docstring)."""
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() or torch.jit.is_tracing():
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() or torch._C._is_tracing():
         return False
     if not type(q) is type(k) is type(v) is torch.Tensor:
         return False
@@ -113,13 +115,13 @@ def flash_attn_func(
 
 def _unpack(name: str, packed, count: int, layout) -> tuple[torch.Tensor, ...]:
     if not isinstance(packed, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(packed).__name__}")
+        raise checks.type_error(f"{name} must be a torch.Tensor, got {type(packed).__name__}")
     if layout not in PACK_DIM:
-        raise ValueError(f"layout={layout!r}: must be 'bshd' (batch, seqlen, heads, dim) or 'bhsd'")
+        raise checks.value_error(f"layout={layout!r}: must be 'bshd' (batch, seqlen, heads, dim) or 'bhsd'")
     dim = PACK_DIM[layout]
     expected = "(batch, seqlen, {n}, heads, dim)" if layout == "bshd" else "(batch, {n}, heads, seqlen, dim)"
     if packed.dim() != 5 or packed.shape[dim] != count:
-        raise ValueError(f"{name} has shape {tuple(packed.shape)}, expected {expected.format(n=count)}")
+        raise checks.value_error(f"{name} has shape {tuple(packed.shape)}, expected {expected.format(n=count)}")
     return packed.unbind(dim)
 
 
@@ -216,22 +218,23 @@ def flash_attn_varlen_func(
         softcap=softcap, alibi_slopes=alibi_slopes,
     )
     if block_table is not None:
-        raise ValueError("block_table: ZYFA has no paged KV cache, block_table must be None")
+        raise checks.value_error("block_table: ZYFA has no paged KV cache, block_table must be None")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            raise checks.type_error(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 3:
-            raise ValueError(f"{name} has {t.dim()} dimensions, expected 3 (total, heads, dim) for varlen")
+            raise checks.value_error(f"{name} has {t.dim()} dimensions, expected 3 (total, heads, dim) for varlen")
     max_seqlen_q = checks.int_value("max_seqlen_q", max_seqlen_q)
     max_seqlen_k = checks.int_value("max_seqlen_k", max_seqlen_k)
     if max_seqlen_q != max_seqlen_k:
-        raise ValueError(f"max_seqlen_q={max_seqlen_q}, max_seqlen_k={max_seqlen_k}: ZYFA needs seqlen_q == seqlen_k")
+        raise checks.value_error(f"max_seqlen_q={max_seqlen_q}, max_seqlen_k={max_seqlen_k}: ZYFA needs "
+                                 "seqlen_q == seqlen_k")
     batch = checks.varlen_batch("cu_seqlens_q", cu_seqlens_q, max_seqlen_q, q.shape[0], q.device)
     batch_k = checks.varlen_batch("cu_seqlens_k", cu_seqlens_k, max_seqlen_k, k.shape[0], q.device)
     if batch_k != batch:
-        raise ValueError(f"cu_seqlens_q holds {batch} sequences but cu_seqlens_k {batch_k}: they must be equal")
+        raise checks.value_error(f"cu_seqlens_q holds {batch} sequences but cu_seqlens_k {batch_k}: they must be equal")
     if v.shape[0] != k.shape[0]:
-        raise ValueError(f"k holds {k.shape[0]} tokens but v {v.shape[0]}: they must be equal")
+        raise checks.value_error(f"k holds {k.shape[0]} tokens but v {v.shape[0]}: they must be equal")
     q4, k4, v4 = (t.reshape(batch, max_seqlen_q, t.shape[1], t.shape[2]) for t in (q, k, v))
     out, lse = _attention(q4, k4, v4, softmax_scale, q_descale, k_descale, v_descale, "bshd", p_mode)
     out = out.reshape(q.shape[0], out.shape[2], out.shape[3])

@@ -90,6 +90,15 @@ def load(name: str) -> ModuleType:
 _loaded: dict[str, ModuleType] = {}
 
 
+_selected: dict[tuple[torch.device, str], ModuleType] = {}  # (device, ZYFA_BACKEND) -> backend module
+
+
 def select(device: torch.device) -> ModuleType:
-    """The backend module for tensors on `device`."""
-    return load(backend_name(describe(device), os.environ.get(BACKEND_ENV, "")))
+    """The backend module for tensors on `device` (chosen once per device and value of ZYFA_BACKEND)."""
+    forced = os.environ.get(BACKEND_ENV, "")
+    found = _selected.get((device, forced))
+    if found is None:
+        found = load(backend_name(describe(device), forced))
+        if len(_selected) < 64:
+            _selected[(device, forced)] = found
+    return found

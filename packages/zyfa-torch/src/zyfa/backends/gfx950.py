@@ -115,37 +115,62 @@ _prepared = dev.LRU(dev.PREPARED, lambda prepared: dev.release(prepared.table))
 def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layout: str, p_mode: str | None = None):
     """Interface of every backend: inputs in `layout`, any length and strides -> (out BF16 contiguous in `layout`,
     lse float32). Inputs are padded to the tiles unless the kernel masks its last tile, and copied where the
-    kernel cannot read the view (a last dimension that is not contiguous)."""
-    seq_dim = 1 if layout == "bshd" else 2
-    seqlen = q.shape[seq_dim]
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    span = max(_slice_span(t, seq_dim) for t in (q, k, v))
-    kernel = find_kernel(q.dtype, q.shape[-1], v.shape[-1], seqlen, p_mode, span)
-    batch, heads = q.shape[0], q.shape[2 if layout == "bshd" else 1]
-    heads_k = k.shape[2 if layout == "bshd" else 1]
-    for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
-        _check_descale(name, t, batch, heads_k, q.device)
-    length = seqlen if kernel.masks_tail else -(-seqlen // kernel.tile_m) * kernel.tile_m
-    if length != seqlen:
-        q, k, v = (dev.padded(t, seq_dim, length) for t in (q, k, v))
-    out, lse = dev.outputs(q, batch, length, heads, kernel.d_v, layout)
-    device = dev.device_index(q)
-    stream = dev.current_stream(device)
-    key = (kernel, device, layout, softmax_scale, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(),
-           out.stride())
+    kernel cannot read the view (a last dimension that is not contiguous). A call whose shapes, strides, scale and
+    p_mode were seen before reuses that call's prepared launch."""
+    key = (q.dtype, layout, p_mode, softmax_scale, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(),
+           q.get_device())
     prepared = _prepared.get(key)
     if prepared is None:
+        prepared = _GfxPrepared.make(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout, p_mode)
+        _prepared.put(key, prepared)
+    return prepared.run(q, k, v, q_descale, k_descale, v_descale)
+
+
+class _GfxPrepared(dev.Prepared):
+    """A prepared gfx950 launch and what each call copies (padding to `length` rows, or contiguous copies)."""
+
+    __slots__ = ("_seq_dim", "_seqlen", "_length", "_copies", "_layout", "_heads", "_heads_k", "_d_v")
+
+    @classmethod
+    def make(cls, q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout, p_mode) -> _GfxPrepared:
+        seq_dim = 1 if layout == "bshd" else 2
+        seqlen = q.shape[seq_dim]
+        copies = tuple(t.stride(-1) != 1 for t in (q, k, v))
+        span = max(_slice_span(t.contiguous() if copy else t, seq_dim) for t, copy in zip((q, k, v), copies,
+                                                                                          strict=True))
+        kernel = find_kernel(q.dtype, q.shape[-1], v.shape[-1], seqlen, p_mode, span)
+        length = seqlen if kernel.masks_tail else -(-seqlen // kernel.tile_m) * kernel.tile_m
+        if length != seqlen:
+            q, k, v = (dev.padded(t, seq_dim, length) for t in (q, k, v))
+        else:
+            q, k, v = (t.contiguous() if copy else t for t, copy in zip((q, k, v), copies, strict=True))
+        batch, heads = q.shape[0], q.shape[2 if layout == "bshd" else 1]
+        heads_k = k.shape[2 if layout == "bshd" else 1]
+        for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+            _check_descale(name, t, batch, heads_k, q.device)
+        device = dev.device_index(q)
         table = dev.job_table(host_job_table, batch, heads, math.ceil(length / kernel.tile_m), kernel.grid_size,
                               device=device)
+        out, lse = dev.outputs(q, batch, length, heads, kernel.d_v, layout)
         p = plan(kernel, Operand.of(q, layout), Operand.of(k, layout), Operand.of(v, layout), Operand.of(out, layout),
                  lse.data_ptr(), (q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr()),
                  table.device.data_ptr(), table.device.shape[0], softmax_scale)
-        prepared = dev.Prepared(loader().launcher(kernel, device, p.grid), p, table, p.args, POINTERS)
-        _prepared.put(key, prepared)
-    prepared.table.used_on(stream)
-    prepared.launch(stream, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+        self = cls(loader().launcher(kernel, device, p.grid), p, table, p.args, POINTERS)
+        self._seq_dim, self._seqlen, self._length, self._copies = seq_dim, seqlen, length, copies
+        self._layout, self._heads, self._heads_k, self._d_v = layout, heads, heads_k, kernel.d_v
+        return self
+
+    def run(self, q, k, v, q_descale, k_descale, v_descale):
+        if self._length != self._seqlen:
+            q, k, v = (dev.padded(t, self._seq_dim, self._length) for t in (q, k, v))
+        elif True in self._copies:
+            q, k, v = (t.contiguous() if copy else t for t, copy in zip((q, k, v), self._copies, strict=True))
+        stream = dev.current_stream(self.launcher.device)
+        out, lse = dev.outputs(q, q.shape[0], self._length, self._heads, self._d_v, self._layout)
+        self.table.used_on(stream)
+        self.launch(stream, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
                              q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr()))
-    if length != seqlen:
-        out = out.narrow(seq_dim, 0, seqlen).contiguous()
-        lse = lse[:, :, :seqlen].contiguous()
-    return out, lse
+        if self._length != self._seqlen:
+            out = out.narrow(self._seq_dim, 0, self._seqlen).contiguous()
+            lse = lse[:, :, :self._seqlen].contiguous()
+        return out, lse
