@@ -129,11 +129,18 @@ class JobTable:
 
 def release(table: JobTable) -> None:
     """Before the cache drops `table`: keep its memory from reuse until the streams that read it are done."""
-    for stream in table.streams:
-        table.device.record_stream(torch.cuda.ExternalStream(stream, device=table.device.device))
+    if table.device.is_cuda:
+        for stream in table.streams:
+            table.device.record_stream(torch.cuda.ExternalStream(stream, device=table.device.device))
 
 
-_job_tables = LRU(JOB_TABLES, release)
+def upload(host: np.ndarray, device: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(pinned host copy, device copy) of a job table; the copy is asynchronous."""
+    pinned = torch.from_numpy(host).pin_memory()
+    return pinned, pinned.to(torch.device("cuda", device), non_blocking=True)
+
+
+_job_tables = LRU(JOB_TABLES, lambda table: release(table))
 _captured_tables: list[JobTable] = []  # tables a CUDA graph reads: kept for the life of the process
 
 
@@ -144,8 +151,7 @@ def job_table(build: Callable[..., np.ndarray], *args, device: int) -> JobTable:
     key = (build, args, device)
     table = _job_tables.get(key)
     if table is None:
-        host = torch.from_numpy(build(*args)).pin_memory()
-        table = JobTable(host, host.to(torch.device("cuda", device), non_blocking=True), set())
+        table = JobTable(*upload(build(*args), device), set())
         _job_tables.put(key, table)
     return table
 

@@ -109,7 +109,7 @@ def _slice_span(t: torch.Tensor, seq_dim: int) -> int:
     return ((t.shape[seq_dim] - 1) * t.stride(seq_dim) + t.shape[-1]) * t.element_size()
 
 
-_prepared = dev.LRU(dev.PREPARED, lambda prepared: dev.release(prepared.table))
+_prepared = dev.LRU(dev.PREPARED, lambda prepared: dev.release(prepared.table))  # bounded
 
 
 def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layout: str, p_mode: str | None = None):

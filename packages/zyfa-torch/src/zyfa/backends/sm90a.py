@@ -156,7 +156,7 @@ def _tma_view(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
-_prepared = dev.LRU(dev.PREPARED, lambda prepared: dev.release(prepared.table))
+_prepared = dev.LRU(dev.PREPARED, lambda prepared: dev.release(prepared.table))  # bounded
 
 
 def run(kernel, q, k, v, softmax_scale: float, layout: str, *, balanced: bool = True):
