@@ -308,7 +308,7 @@ def cpu_values(problem: Problem, q, k, q_descale, k_descale, v_descale, softmax_
                     return
                 smallest = d.min().item()
                 if not (FLOAT32.tiny <= smallest and d.max().item() <= FLOAT32.max):  # NaN fails too
-                    raise value_error(f"{name} holds {smallest if smallest < FLOAT32.tiny else d.max().item()}: "
+                    raise value_error(f"{name} holds {smallest if smallest < FLOAT32.tiny else d.max().item():.3g}: "
                                      "descales must be positive, finite, normal float32 values "
                                      f"(in [{FLOAT32.tiny:.3g}, {FLOAT32.max:.3g}])")
                 largest[name] = d.max().item()
