@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -160,8 +161,15 @@ def test_kernels_absent_accepted(monkeypatch):
     zyfa._require_matching_kernels()
 
 
+def zyfa_kernels_version():
+    import zyfa_kernels
+
+    return zyfa_kernels.__version__
+
+
 def test_exports():
-    assert zyfa.__version__ == "0.1.0"
+    version_file = Path(__file__).resolve().parents[3] / "VERSION"
+    assert zyfa.__version__ == version_file.read_text().strip() == zyfa_kernels_version()
     assert set(zyfa.__all__) >= {
         "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "flash_attn_varlen_func",
         "fp8_quantize", "numerics", "__version__",

@@ -10,7 +10,9 @@ on its first call. The manifest is plain Python and JSON, so the CPU path reads 
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from importlib import metadata
+
+__version__ = metadata.version("zyfa-kernels")  # written once, in the repository's VERSION file
 
 from .args import ArgLayout
 from .errors import DriverError, DriverUnavailable, KernelNotFound, ManifestError
