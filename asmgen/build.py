@@ -6,7 +6,8 @@
 
 Each target is a module (asmgen.sm90a, asmgen.gfx950) with
     KERNELS: list[dict]    one manifest entry per kernel, without the fields the build fills in
-                           (required keys: name, symbol, file, plus the variant fields the dispatch matches)
+                           (every field of docs/loader.md's manifest table but target, file, sha256 and
+                           resources, which the build fills in; each entry is validated by zyfa_kernels' rules)
     build(kernel, path)    write the code object for `kernel` to `path`
     inspect(kernel, path)  read back what the object declares: {"symbols": [...], "resources": {...}}
 The manifest is the one description of every object that the loader and the dispatch read.
@@ -22,11 +23,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from zyfa_kernels.manifest import validate_entry  # the manifest's rules (plain Python: no extension is loaded)
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "packages" / "zyfa-kernels" / "src" / "zyfa_kernels"
 MANIFEST = PACKAGE / "manifest.json"
 TARGETS = ("sm90a", "gfx950")
-VERSION = "0.1.0"
+VERSION = (ROOT / "VERSION").read_text().strip()  # the one place the version is written
 
 
 def _target(name: str):
@@ -45,13 +48,17 @@ def build_target(name: str, package: Path) -> list[dict]:
         info = mod.inspect(kernel, path)
         if kernel["symbol"] not in info["symbols"]:
             raise SystemExit(f"{path.name}: symbol {kernel['symbol']} not found in {info['symbols']}")
-        entries.append({
+        entry = {
             **kernel,
             "target": name,
             "file": f"objects/{name}/{kernel['file']}",
             "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
             "resources": info["resources"],
-        })
+        }
+        problem = validate_entry(entry)
+        if problem:
+            raise SystemExit(f"[{name}] {kernel['name']}: {problem}")
+        entries.append(entry)
     return entries
 
 

@@ -133,10 +133,10 @@ def fp8_inputs(case: cfg.Case, d_qk: int, d_v: int, seed: int):
     return (q8.to(DEVICE), k8.to(DEVICE), v8.to(DEVICE)), descales
 
 
-def attn(q, k, v, descales, layout):
+def attn(q, k, v, descales, layout, p_mode=None):
     qd, kd, vd = descales
     return zyfa.flash_attn_func(q, k, v, causal=True, q_descale=qd, k_descale=kd, v_descale=vd, layout=layout,
-                                return_lse=True)
+                                return_lse=True, p_mode=p_mode)
 
 
 def padded_bytes(case: cfg.Case, d_qk: int, d_v: int) -> int:
@@ -161,13 +161,13 @@ def check_case(case: cfg.Case, kernel, backend: str, expected: str, seed: int) -
     q, k, v = (to_layout(t, case.layout) for t in (q8, k8, v8))
     poison(2 * padded_bytes(case, d_qk, d_v))
     with poisoned_outputs():
-        out, lse = attn(q, k, v, descales, case.layout)
+        out, lse = attn(q, k, v, descales, case.layout, kernel.p_mode)
     sync()
     repeats = []
     for _ in range(3):
         poison(2 * padded_bytes(case, d_qk, d_v))
         with poisoned_outputs():
-            repeats.append(attn(q, k, v, descales, case.layout))
+            repeats.append(attn(q, k, v, descales, case.layout, kernel.p_mode))
 
     model_out, model_lse = numerics.attention(q8, k8, v8, q_descale=descales[0], k_descale=descales[1],
                                               v_descale=descales[2], return_lse=True,

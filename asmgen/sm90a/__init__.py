@@ -88,6 +88,10 @@ def dynamic_shared_bytes(d_qk: int, d_v: int, stages: int = STAGES, q_stages: in
 # Consumer schedules: "pingpong" (the two consumer warpgroups alternate issuing their GEMMs) measured faster up to
 # S = 8K on the H200, "independent" (each issues as soon as its inputs are ready) from S = 16K on (docs/sm90a.md).
 SCHEDULES = ("pingpong", "independent")
+# The sequence length from which the independent kernels serve (measured on the H200, docs/sm90a.md: at 4K they led
+# at both head dims, by 0.5-4%); the manifest's [seqlen_min, seqlen_max) of each schedule, read by the dispatch.
+INDEPENDENT_FROM_SEQLEN = 4096
+SEQLENS = {"pingpong": (None, INDEPENDENT_FROM_SEQLEN), "independent": (INDEPENDENT_FROM_SEQLEN, None)}
 
 
 def _kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
@@ -101,6 +105,9 @@ def _kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
         "d_qk": d_qk,
         "d_v": d_v,
         "p_mode": "bf16",
+        "p_mode_default": True,
+        "p_shift": 0,
+        "rowsum": "fp32",
         "tile_m": TILE_M,
         "tile_n": TILE_N,
         "scale_block": None,
@@ -111,6 +118,10 @@ def _kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
         "stages": STAGES,
         "q_stages": Q_STAGES,
         "schedule": schedule,
+        "seqlen_min": SEQLENS[schedule][0],
+        "seqlen_max": SEQLENS[schedule][1],
+        "offset_bits": 64,  # TMA addresses the whole tensor
+        "masks_tail": False,  # seqlen is padded to the tiles
         "args": ARGS,
     }
 

@@ -45,7 +45,9 @@ def make_entry(example_args):
             "name": name, "symbol": SYMBOL, "target": target, "file": f"objects/{target}/{name}.bin",
             "dtype": "bf16", "d_qk": 128, "d_v": 128, "p_mode": "bf16", "tile_m": 128 if target == "sm90a" else 256,
             "tile_n": 128, "scale_block": None, "rescale_threshold": 0.5, "threads": 384, "shared_bytes": 4096,
-            "grid": "persistent", "args": example_args, "resources": {},
+            "grid": "persistent", "args": example_args, "resources": {}, "p_mode_default": True, "p_shift": 0,
+            "rowsum": "fp32", "schedule": "persistent", "seqlen_min": None, "seqlen_max": None, "offset_bits": 64,
+            "masks_tail": False,
         }
         entry.update(overrides)
         return entry

@@ -56,27 +56,60 @@ def test_image_is_read_and_hash_checked(test_manifest, example_image):
 def test_missing_fields_are_named(tmp_path, make_entry, example_image):
     entry = make_entry("sm90a", "k")
     del entry["threads"], entry["args"]
-    path = write_manifest(tmp_path, [(entry, example_image)])
+    manifest = zyfa_kernels.manifest(write_manifest(tmp_path, [(entry, example_image)]))
+    assert manifest.invalid == {"k": "kernel k: missing fields ['threads', 'args']"}
     with pytest.raises(ManifestError, match=r"kernel k: missing fields \['threads', 'args'\]"):
-        zyfa_kernels.manifest(path)
+        manifest.check()
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"target": "sm100"}, "target 'sm100' is not one of"),
-    ({"shared_bytes": -1}, "shared_bytes must be an integer >= 0"),
-    ({"threads": 0}, "threads must be an integer >= 1"),
-    ({"resources": []}, "resources must be an object and args a list"),
-    ({"args": {"q": "ptr"}}, "resources must be an object and args a list"),
+    ({"target": "sm100"}, "target must be one of ['sm90a', 'gfx950'], got 'sm100'"),
+    ({"shared_bytes": -1}, "shared_bytes must be an integer >= 0, got -1"),
+    ({"threads": 0}, "threads must be an integer >= 1, got 0"),
+    ({"tile_m": 0}, "tile_m must be an integer >= 1, got 0"),
+    ({"tile_n": True}, "tile_n must be an integer >= 1, got True"),
+    ({"grid_size": 0}, "grid_size must be an integer >= 1, got 0"),
+    ({"d_qk": "128"}, "d_qk must be an integer >= 1, got '128'"),
+    ({"p_mode": "fast"}, "p_mode must be one of ['bf16', 'lean', 'exact'], got 'fast'"),
+    ({"p_mode": "lean"}, "p_mode 'lean' does not fit dtype 'bf16'"),
+    ({"dtype": "fp8e4m3"}, "p_mode 'bf16' does not fit dtype 'fp8e4m3'"),
+    ({"p_mode_default": 1}, "p_mode_default must be true or false, got 1"),
+    ({"p_shift": 8}, "p_shift must be 0 and scale_block null for dtype 'bf16'"),
+    ({"rowsum": "fp16"}, "rowsum must be one of ['rounded', 'fp32'], got 'fp16'"),
+    ({"rescale_threshold": float("nan")}, "rescale_threshold must be a finite number >= 0, got nan"),
+    ({"scale_block": 0}, "scale_block must be null or an integer >= 1, got 0"),
+    ({"seqlen_min": 4096, "seqlen_max": 4096}, "seqlen_min 4096 must be below seqlen_max 4096"),
+    ({"offset_bits": 48}, "offset_bits must be one of [32, 64], got 48"),
+    ({"masks_tail": None}, "masks_tail must be true or false, got None"),
+    ({"sha256": "00"}, "sha256 must be 64 lowercase hex digits"),
+    ({"resources": []}, "resources must be an object, got []"),
+    ({"args": {"q": "ptr"}}, "args must be a list"),
     ({"resources": {"static_shared_bytes": 8192}}, "static_shared_bytes = 8192 must be an integer between 0 and"),
     ({"args": [{"name": "x", "type": "half"}]}, "argument 'x' has type 'half'"),
-    ({"resources": {"kernarg_size": 64}}, r"declared argument size 64 is smaller than the arguments \(192 bytes\)"),
-    ({"layout": "bshd"}, r"fields \['layout'\] are reserved for the loader"),
+    ({"resources": {"kernarg_size": 64}}, "declared argument size 64 is smaller than the arguments (192 bytes)"),
+    ({"layout": "bshd"}, "fields ['layout'] are reserved for the loader"),
 ])
 def test_malformed_entries(tmp_path, make_entry, example_image, overrides, message):
-    entry = {**make_entry("gfx950", "k"), **overrides}
-    path = write_manifest(tmp_path, [(entry, example_image)])
-    with pytest.raises(ManifestError, match=message):
-        zyfa_kernels.manifest(path)
+    """A bad entry is left out with an error naming it and the field; the other entries stay usable, and a lookup
+    that finds nothing says which entry was left out and why (no ZeroDivisionError or bare KernelNotFound later)."""
+    bad = {**make_entry("gfx950", "k"), **overrides}
+    good = make_entry("gfx950", "other", d_qk=192)
+    path = write_manifest(tmp_path, [(bad, example_image), (good, example_image)])
+    manifest = zyfa_kernels.manifest(path)
+    if overrides.get("sha256"):  # write_manifest fills sha256 in: break it in the file
+        data = json.loads(path.read_text())
+        data["kernels"][0]["sha256"] = overrides["sha256"]
+        path.write_text(json.dumps(data))
+        manifest = zyfa_kernels.manifest(path)
+    assert [k.name for k in manifest.kernels] == ["other"]
+    assert list(manifest.invalid) == ["k"] and manifest.invalid["k"].startswith("kernel k: ")
+    assert message in manifest.invalid["k"]
+    assert manifest.find("gfx950", d_qk=192).name == "other"
+    with pytest.raises(KernelNotFound, match="left out as invalid") as missing:
+        manifest.find("gfx950", d_qk=128)
+    assert "kernel k: " in str(missing.value)
+    with pytest.raises(ManifestError, match="kernel k: "):
+        manifest.check()
 
 
 def test_version_and_duplicates_are_checked(tmp_path, make_entry, example_image):
@@ -104,7 +137,7 @@ def test_packaged_manifest_is_consistent():
         with pytest.raises(ManifestError, match="asmgen.build"):
             zyfa_kernels.manifest()
         return
-    manifest = zyfa_kernels.manifest()
+    manifest = zyfa_kernels.manifest().check()
     assert manifest.version == zyfa_kernels.__version__
     assert json.loads(MANIFEST_PATH.read_text())["kernels"] == [k.fields for k in manifest.kernels]
     for kernel in manifest.kernels:

@@ -14,10 +14,15 @@ PACKAGES = Path(__file__).resolve().parents[2]
 
 
 def test_one_version_for_all_wheels():
-    declared = {p.name: re.search(r'^version = "(.+)"$', (p / "pyproject.toml").read_text(), re.M).group(1)
-                for p in PACKAGES.iterdir() if (p / "pyproject.toml").exists()}
-    assert set(declared) == {"zyfa-kernels", "zyfa-torch", "zyfa-tools"}
-    assert set(declared.values()) == {zyfa_tools.__version__} == {zyfa.__version__} == {zyfa_kernels.__version__}
+    """The version is written once, in the repository's VERSION file: every pyproject takes it as dynamic (none
+    writes its own), and the installed packages report it."""
+    version = (PACKAGES.parent / "VERSION").read_text().strip()
+    pyprojects = {p.name: (p / "pyproject.toml").read_text() for p in PACKAGES.iterdir()
+                  if (p / "pyproject.toml").exists()}
+    assert set(pyprojects) == {"zyfa-kernels", "zyfa-torch", "zyfa-tools"}
+    for text in pyprojects.values():
+        assert re.search(r'^dynamic = \[.*"version"', text, re.M) and not re.search(r"^version = ", text, re.M)
+    assert {version} == {zyfa_tools.__version__} == {zyfa.__version__} == {zyfa_kernels.__version__}
 
 
 def test_mismatched_zyfa_torch_refused(monkeypatch):

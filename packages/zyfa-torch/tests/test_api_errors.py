@@ -123,7 +123,7 @@ def test_not_a_tensor():
 @pytest.mark.parametrize(
     ("shape", "patterns"),
     [
-        ({"d_qk": 64, "d_v": 64}, ("d_qk=64", "d_qk = d_v = 128")),
+        ({"d_qk": 64, "d_v": 64}, ("d_qk=64", "kernels take d_qk = 128, d_v = 128 or d_qk = 192, d_v = 128")),
         ({"d_qk": 128, "d_v": 64}, ("d_v=64",)),
         ({"d_qk": 192, "d_v": 192}, ("d_qk=192, d_v=192",)),
         ({"d_qk": 256, "d_v": 128}, ("d_qk=256",)),

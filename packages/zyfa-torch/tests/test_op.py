@@ -22,19 +22,20 @@ fwd = torch.ops.zyfa.fwd.default
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 
 
-def op_args(batch=1, seqlen=256, heads=2, heads_k=1, d_qk=128, d_v=128, dtype=BF16, layout="bshd"):
+def op_args(batch=1, seqlen=256, heads=2, heads_k=1, d_qk=128, d_v=128, dtype=BF16, layout="bshd", p_mode=None):
     def t(h, d):
         shape = (batch, seqlen, h, d) if layout == "bshd" else (batch, h, seqlen, d)
         return torch.randn(shape).to(dtype)
 
     descales = [None] * 3 if dtype == BF16 else [torch.full((batch, heads_k), f) for f in (0.5, 0.25, 2.0)]
-    return (t(heads, d_qk), t(heads_k, d_qk), t(heads_k, d_v), *descales, 0.1, layout)
+    return (t(heads, d_qk), t(heads_k, d_qk), t(heads_k, d_v), *descales, 0.1, layout, p_mode)
 
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{}, {"layout": "bhsd"}, {"dtype": FP8, "batch": 2}, {"d_qk": 192, "heads": 4, "heads_k": 2}],
-    ids=["bf16", "bhsd", "fp8", "d192"],
+    [{}, {"layout": "bhsd"}, {"dtype": FP8, "batch": 2}, {"dtype": FP8, "p_mode": "lean", "seqlen": 100},
+     {"d_qk": 192, "heads": 4, "heads_k": 2, "seqlen": 300}],
+    ids=["bf16", "bhsd", "fp8", "fp8-lean-unpadded", "d192-unpadded"],
 )
 def test_opcheck(kwargs):
     args = op_args(**kwargs)
@@ -59,20 +60,30 @@ def test_op_returns_out_and_lse():
 
 
 def test_op_checks_its_inputs():
-    q, k, v, qd, kd, vd, scale, layout = op_args()
-    with pytest.raises(ValueError, match="seqlen 200: torch.ops.zyfa.fwd needs a multiple of 256"):
-        fwd(q[:, :200], k[:, :200], v[:, :200], qd, kd, vd, scale, layout)
-    with pytest.raises(ValueError, match="q is not contiguous"):
-        fwd(q.transpose(1, 2).contiguous().transpose(1, 2), k, v, qd, kd, vd, scale, layout)
+    q, k, v, qd, kd, vd, scale, layout, p_mode = op_args()
     with pytest.raises(ValueError, match="softmax_scale=-1.0: must be positive"):
-        fwd(q, k, v, qd, kd, vd, -1.0, layout)
+        fwd(q, k, v, qd, kd, vd, -1.0, layout, p_mode)
     with pytest.raises(ValueError, match="q_descale: torch.ops.zyfa.fwd needs descales for FP8 inputs and none"):
-        fwd(q, k, v, torch.ones(1, 1), kd, vd, scale, layout)
-    q8, k8, v8, qd8, kd8, vd8, _, _ = op_args(dtype=FP8)
+        fwd(q, k, v, torch.ones(1, 1), kd, vd, scale, layout, p_mode)
+    with pytest.raises(ValueError, match="p_mode='exact': torch.ops.zyfa.fwd takes None, or 'exact' / 'lean' for FP8"):
+        fwd(q, k, v, qd, kd, vd, scale, layout, "exact")
+    q8, k8, v8, qd8, kd8, vd8, _, _, _ = op_args(dtype=FP8)
     with pytest.raises(ValueError, match="k_descale: torch.ops.zyfa.fwd needs descales for FP8"):
-        fwd(q8, k8, v8, qd8, None, vd8, scale, layout)
+        fwd(q8, k8, v8, qd8, None, vd8, scale, layout, None)
     with pytest.raises(ValueError, match="v_descale: torch.ops.zyfa.fwd needs a contiguous float32"):
-        fwd(q8, k8, v8, qd8, kd8, torch.ones(1), scale, layout)
+        fwd(q8, k8, v8, qd8, kd8, torch.ones(1), scale, layout, None)
+    with pytest.raises(ValueError, match="p_mode='fast'"):
+        fwd(q8, k8, v8, qd8, kd8, vd8, scale, layout, "fast")
+
+
+def test_op_takes_any_length_and_strides():
+    """The op pads and copies nothing on the reference path: unpadded, strided inputs equal their copies."""
+    q, k, v, qd, kd, vd, scale, layout, p_mode = op_args(seqlen=300, heads=4, heads_k=2)
+    strided = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)]
+    assert not strided[0].is_contiguous()
+    expected = fwd(q, k, v, qd, kd, vd, scale, layout, p_mode)
+    got = fwd(*strided, qd, kd, vd, scale, layout, p_mode)
+    assert expected[0].shape == (1, 300, 4, 128) and all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
 
 
 def test_fake_tensors_give_shapes_without_computing():

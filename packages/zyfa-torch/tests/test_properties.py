@@ -1,8 +1,8 @@
-"""Property tests over shapes, layouts, strides, descale forms and call forms.
+"""Property tests over shapes, layouts, strides, dtypes, head dims, GQA ratios, p_mode, descale forms and call forms.
 
 Each example compares one call form against the canonical call (contiguous (batch, seqlen, heads, dim) tensors,
-float32 (batch, nheads_k) descales): the results must be bitwise identical, and the canonical result must match
-fp64 attention on the decoded inputs within the numerics' bounds.
+float32 (batch, nheads_k) descales, the same p_mode): the results must be bitwise identical, and the canonical
+result must match fp64 attention on the decoded inputs within the numerics' bounds (conftest: OUT_RTOL, LSE_ATOL).
 """
 
 from __future__ import annotations
@@ -21,20 +21,23 @@ from zyfa import (
 BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
 DESCALE_FORMS = ("float", "scalar tensor", "one element", "per head", "expanded")
 CALL_FORMS = ("func", "qkvpacked", "kvpacked", "varlen")
+STRIDES = ("contiguous", "sliced", "permuted", "channels_last")  # how the inputs are laid out in memory
 
 
 @st.composite
 def problems(draw):
     heads_k = draw(st.integers(1, 2))
+    dtype = draw(st.sampled_from([BF16, FP8]))
     return {
-        "dtype": draw(st.sampled_from([BF16, FP8])),
+        "dtype": dtype,
+        "p_mode": draw(st.sampled_from([None, "exact", "lean"])) if dtype == FP8 else None,
         "batch": draw(st.integers(1, 2)),
         "seqlen": draw(st.integers(1, 300)),
         "heads_k": heads_k,
-        "heads": heads_k * draw(st.integers(1, 3)),
+        "heads": heads_k * draw(st.sampled_from([1, 2, 3, 4])),
         "dims": draw(st.sampled_from([(128, 128), (192, 128)])),
         "layout": draw(st.sampled_from(["bshd", "bhsd"])),
-        "strided": draw(st.booleans()),
+        "strided": draw(st.sampled_from(STRIDES)),
         "descale_form": draw(st.sampled_from(DESCALE_FORMS)),
         "call": draw(st.sampled_from(CALL_FORMS)),
         "seed": draw(st.integers(0, 2**16)),
@@ -69,19 +72,25 @@ def descale_form(descale: torch.Tensor, form: str):
     }[form]()
 
 
-def in_layout(t: torch.Tensor, layout: str, strided: bool) -> torch.Tensor:
-    """t (bshd) in `layout`, optionally as a non-contiguous view into a larger buffer."""
-    if strided:
+def in_layout(t: torch.Tensor, layout: str, strided: str) -> torch.Tensor:
+    """t (bshd) in `layout`, stored as `strided` says: contiguous, a view into a larger buffer (every other head,
+    columns offset), stored (b, h, d, s) and permuted back (last dimension not contiguous), or channels_last."""
+    if strided == "sliced":
         wide = torch.zeros(*t.shape[:2], t.shape[2] * 2, t.shape[3] + 8, dtype=torch.uint8).to(t.dtype)
         wide[:, :, ::2, 8:] = t
         t = wide[:, :, ::2, 8:]
-    return t.transpose(1, 2) if layout == "bhsd" else t
+    elif strided == "permuted":
+        t = t.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+    t = t.transpose(1, 2) if layout == "bhsd" else t
+    if strided == "channels_last":
+        t = t.contiguous(memory_format=torch.channels_last)
+    return t
 
 
 def call_form(p, q, k, v, descales):
     """(out, lse) of the call form of p, in the canonical bshd shapes, or None if the form does not apply."""
     layout, call = p["layout"], p["call"]
-    kw = {"causal": True, "return_lse": True}
+    kw = {"causal": True, "return_lse": True, "p_mode": p["p_mode"]}
     kw.update(zip(("q_descale", "k_descale", "v_descale"), descales, strict=True))
     qs, ks, vs = (in_layout(t, layout, p["strided"]) for t in (q, k, v))
     bshd = layout == "bshd"
@@ -106,7 +115,7 @@ def call_form(p, q, k, v, descales):
 def test_call_forms_identical_and_accurate(helpers, p):
     (q, k, v), descales = canonical_inputs(p)
     out, lse = flash_attn_func(q, k, v, causal=True, return_lse=True, q_descale=descales[0],
-                               k_descale=descales[1], v_descale=descales[2])
+                               k_descale=descales[1], v_descale=descales[2], p_mode=p["p_mode"])
     forms = descales if p["dtype"] == BF16 else [descale_form(d, p["descale_form"]) for d in descales]
     out_f, lse_f = call_form(p, q, k, v, forms)
     assert torch.equal(out_f, out) and torch.equal(lse_f, lse)

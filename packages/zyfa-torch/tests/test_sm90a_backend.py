@@ -99,21 +99,31 @@ def test_plan_refuses_what_the_kernel_cannot_address():
         sm90a.plan(kernel(), odd_heads, ko, vo, oo, 0x1000, 0x2000, 4, SMS, 1.0)
 
 
-def test_schedule_and_kernel_follow_the_measured_crossover():
-    for d_qk, crossover in sm90a.INDEPENDENT_FROM_SEQLEN.items():
-        assert sm90a.schedule(d_qk, crossover - 256) == "pingpong"
-        assert sm90a.schedule(d_qk, crossover) == "independent"
-    assert sm90a.find_kernel(torch.bfloat16, 192, 128, 32768).name == "sm90a_fwd_bf16_d192_128_independent"
-    assert sm90a.find_kernel(torch.bfloat16, 128, 128, 2048).name == "sm90a_fwd_bf16_d128_pingpong"
+def test_kernel_choice_follows_the_manifests_seqlen_ranges():
+    """Ping-pong below the measured crossover, independent from it, at both head dims: read from the entries'
+    [seqlen_min, seqlen_max), which the build writes from asmgen.sm90a."""
+    for d_qk in (128, 192):
+        dims = f"d{d_qk}" if d_qk == 128 else "d192_128"
+        crossover = sources.INDEPENDENT_FROM_SEQLEN
+        for seqlen, schedule in ((1, "pingpong"), (crossover - 1, "pingpong"), (crossover, "independent"),
+                                 (131072, "independent")):
+            assert sm90a.find_kernel(torch.bfloat16, d_qk, 128, seqlen).name == f"sm90a_fwd_bf16_{dims}_{schedule}"
+    for entry in sources.KERNELS:
+        k = zyfa_kernels.manifest().find("sm90a", name=entry["name"])
+        assert (k.seqlen_min, k.seqlen_max) == sources.SEQLENS[k.schedule]
+        assert (k.p_mode, k.p_mode_default, k.p_shift, k.rowsum, k.offset_bits) == ("bf16", True, 0, "fp32", 64)
 
 
 def test_unsupported_inputs_are_refused_by_name():
-    with pytest.raises(ValueError, match="no kernel for head dims d_qk=64, d_v=64"):
+    with pytest.raises(ValueError, match="sm90a: no kernel for bf16 inputs with head dims d_qk=64, d_v=64"):
         sm90a.find_kernel(torch.bfloat16, 64, 64, 1024)
     q = torch.zeros(1, 256, 2, 128, dtype=torch.float8_e4m3fn)
     descale = torch.ones(1, 2)
-    with pytest.raises(ValueError, match="sm90a: torch.float8_e4m3fn inputs are not supported yet"):
-        sm90a.forward(q, q, q, descale, descale, descale, 0.1, "bshd")
+    if not any(k.dtype == "fp8e4m3" for k in zyfa_kernels.manifest().of("sm90a")):
+        with pytest.raises(ValueError, match="sm90a: no kernel for fp8e4m3 inputs with head dims d_qk=128"):
+            sm90a.forward(q, q, q, descale, descale, descale, 0.1, "bshd")
+    with pytest.raises(ValueError, match="p_mode='lean': sm90a has no bf16 kernel with that p_mode"):
+        sm90a.find_kernel(torch.bfloat16, 128, 128, 1024, "lean")
 
 
 def test_inspect_without_cuobjdump_says_what_to_install(monkeypatch):

@@ -3,17 +3,30 @@
     kernel = zyfa_kernels.manifest().find("sm90a", dtype="bf16", d_qk=128)
     zyfa_kernels.launch(kernel, device=0, grid=(132, 1, 1), stream=stream, args={...})
 
-Importing this package needs no GPU and no driver: the CUDA / HIP driver library is opened on first use.
+Importing this package needs no GPU and no driver, and loads no native code: the extension behind `launch`,
+`launcher`, `device_info` and `encode_tensor_map` is imported on their first use, and the driver library it opens
+on its first call. The manifest is plain Python and JSON, so the CPU path reads it without either.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from importlib import metadata
+
+__version__ = metadata.version("zyfa-kernels")  # written once, in the repository's VERSION file
 
 from .args import ArgLayout
 from .errors import DriverError, DriverUnavailable, KernelNotFound, ManifestError
-from .loader import device_info, encode_tensor_map, launch
 from .manifest import Kernel, Manifest, manifest
+
+_LOADER_NAMES = ("device_info", "encode_tensor_map", "launch", "launcher", "Launcher")
+
+
+def __getattr__(name: str):
+    if name in _LOADER_NAMES:
+        from . import loader
+
+        return getattr(loader, name)
+    raise AttributeError(f"module 'zyfa_kernels' has no attribute {name!r}")
 
 
 def pack_args(kernel: Kernel, values: dict) -> bytes:
@@ -23,6 +36,7 @@ def pack_args(kernel: Kernel, values: dict) -> bytes:
 
 
 __all__ = [
-    "ArgLayout", "DriverError", "DriverUnavailable", "Kernel", "KernelNotFound", "Manifest", "ManifestError",
-    "__version__", "device_info", "encode_tensor_map", "launch", "manifest", "pack_args",
+    "ArgLayout", "DriverError", "DriverUnavailable", "Kernel", "KernelNotFound", "Launcher", "Manifest",
+    "ManifestError", "__version__", "device_info", "encode_tensor_map", "launch", "launcher", "manifest",
+    "pack_args",
 ]

@@ -52,6 +52,7 @@ class ArgLayout:
     offsets: tuple[int, ...]
     size: int
     packer: struct.Struct
+    tmap_positions: tuple[int, ...] = ()  # indices of the tensor maps in `names`
 
     @classmethod
     def from_manifest(cls, args: list[dict], kernel: str = "kernel", size: int | None = None) -> ArgLayout:
@@ -82,7 +83,8 @@ class ArgLayout:
             raise ValueError(f"{kernel}: the declared argument size {size!r} is smaller than the arguments ({end} "
                              f"bytes)")
         fmt += "x" * (size - end)
-        return cls(tuple(names), tuple(types), tuple(offsets), size, struct.Struct(fmt))
+        return cls(tuple(names), tuple(types), tuple(offsets), size, struct.Struct(fmt),
+                   tuple(i for i, kind in enumerate(types) if kind == "tmap"))
 
     def pack(self, values: dict, kernel: str = "kernel") -> bytes:
         if len(values) != len(self.names) or any(name not in values for name in self.names):
@@ -90,15 +92,21 @@ class ArgLayout:
             extra = sorted(set(values) - set(self.names))
             raise ValueError(f"{kernel}: arguments missing {missing} and unexpected {extra}; "
                              f"it takes exactly {list(self.names)}")
-        ordered = [values[name] for name in self.names]
+        return self.pack_ordered([values[name] for name in self.names], kernel)
+
+    def pack_ordered(self, ordered, kernel: str = "kernel") -> bytes:
+        """The buffer of the values in `names` order (the launch path's form: no dict to build)."""
         # Launches sit on the hot path: let struct do the range and type checks, and explain only a failure.
         # struct would accept what _checked refuses: bools for numbers, and bytes of any length for a tensor map.
-        if not any(type(value) is bool or (kind == "tmap" and _tensor_map_length(value) != TENSOR_MAP_BYTES)
-                   for value, kind in zip(ordered, self.types, strict=True)):
+        if (len(ordered) == len(self.names) and bool not in map(type, ordered)
+                and all(_tensor_map_length(ordered[i]) == TENSOR_MAP_BYTES for i in self.tmap_positions)):
             try:
                 return self.packer.pack(*ordered)
             except (struct.error, OverflowError, TypeError):
                 pass
+        if len(ordered) != len(self.names):
+            raise ValueError(f"{kernel}: {len(ordered)} argument values for the {len(self.names)} arguments "
+                             f"{list(self.names)}")
         return self.packer.pack(*(_checked(kernel, name, kind, value)
                                   for name, kind, value in zip(self.names, self.types, ordered, strict=True)))
 

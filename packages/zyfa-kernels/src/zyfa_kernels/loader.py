@@ -1,11 +1,14 @@
 """Launching code objects through the GPU driver: one driver per target, modules cached per (kernel, device).
 
+Importing this module loads the native extension (the CPU path never does: zyfa_kernels imports it lazily).
+
 sm90a goes through the CUDA driver (libcuda.so.1, or $ZYFA_CUDA_DRIVER), gfx950 through HIP (libamdhip64.so, or
 $ZYFA_HIP_DRIVER). The library is opened on first use; loaded modules stay loaded for the life of the process.
 """
 
 from __future__ import annotations
 
+import struct
 import threading
 
 from . import _loader
@@ -114,12 +117,50 @@ def launch(kernel: Kernel, *, device: int, grid: tuple[int, int, int], stream: i
     """Launch `kernel` on `device` and the raw driver stream `stream` (0: the legacy default stream)."""
     _check_grid(grid)
     _device(device)
+    _check_stream(stream)
+    buffer = kernel.layout.pack(args, kernel.name)
+    launcher(kernel, device, grid)(stream, buffer)
+
+
+def _check_stream(stream) -> None:
     if type(stream) is not int or stream < 0:
         raise ValueError(f"stream must be the raw cudaStream_t / hipStream_t as a non-negative int, got {stream!r}")
-    buffer = kernel.layout.pack(args, kernel.name)
-    handle = function(kernel, device)
-    driver(kernel.target).launch(device, handle, grid, (kernel.threads, 1, 1), kernel.dynamic_shared_bytes, stream,
-                                 buffer)
+
+
+class Launcher:
+    """`kernel` bound to a device and a grid, checked and loaded once: calls only pack and launch.
+
+    launcher(stream, buffer) launches with an argument buffer from pack_args; launcher.launch(stream, values)
+    packs `values` given in the manifest's argument order first (the hot path's form: no dict)."""
+
+    __slots__ = ("kernel", "device", "grid", "_block", "_function", "_launch", "_pack", "_pack_checked", "_shared")
+
+    def __init__(self, kernel: Kernel, device: int, grid: tuple[int, int, int]):
+        _check_grid(grid)
+        self.kernel, self.device, self.grid = kernel, _device(device), grid
+        self._function = function(kernel, device)
+        self._launch = driver(kernel.target).launch
+        self._block = (kernel.threads, 1, 1)
+        self._shared = kernel.dynamic_shared_bytes
+        self._pack = kernel.layout.packer.pack
+        self._pack_checked = kernel.layout.pack_ordered
+
+    def __call__(self, stream: int, buffer: bytes) -> None:
+        self._launch(self.device, self._function, self.grid, self._block, self._shared, stream, buffer)
+
+    def launch(self, stream: int, values) -> None:
+        """values: in the manifest's argument order, of the types pack_args takes (bools are not refused here: the
+        hot path packs with struct alone and explains only what struct refuses)."""
+        try:
+            buffer = self._pack(*values)
+        except (struct.error, OverflowError, TypeError):
+            buffer = self._pack_checked(values, self.kernel.name)  # raises, naming the argument
+        self._launch(self.device, self._function, self.grid, self._block, self._shared, stream, buffer)
+
+
+def launcher(kernel: Kernel, device: int, grid: tuple[int, int, int]) -> Launcher:
+    """A Launcher of `kernel` on `device` with `grid` (the module is loaded on first use, as by launch)."""
+    return Launcher(kernel, device, grid)
 
 
 def encode_tensor_map(dtype, global_address: int, dims, strides_bytes, box_dims, *, swizzle: int = 128,

@@ -1,1 +1,5 @@
-__version__ = "0.1.0"
+"""The installed version (written once, in the repository's VERSION file, and read by each package's build)."""
+
+from importlib import metadata
+
+__version__ = metadata.version("zyfa-torch")

@@ -1,9 +1,10 @@
-"""The custom op torch.ops.zyfa.fwd: one attention forward on padded, contiguous inputs.
+"""The custom op torch.ops.zyfa.fwd: one attention forward on checked inputs.
 
 It always returns (out, lse); the public API drops lse unless asked. The fake implementation lets
 torch.compile trace through the op. ZYFA is forward-only: the registered backward is a second op whose fake
 implementation keeps graphs traceable and whose real implementation raises, so that inputs requiring grad run
-forward (eagerly and compiled) and only an actual backward call fails.
+forward (eagerly and compiled) and only an actual backward call fails. `forward` is the op's implementation
+after its checks, which the public API calls directly where the dispatcher adds nothing (interface.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ FORWARD_ONLY = (
 )
 
 
+def forward(problem, q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout, p_mode):
+    """The op's work on inputs that passed checks.op_inputs (or the API's stronger checks)."""
+    return backends.select(q.device).forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout, p_mode)
+
+
 @torch.library.custom_op("zyfa::fwd", mutates_args=())
 def fwd(
     q: torch.Tensor,
@@ -28,19 +34,18 @@ def fwd(
     v_descale: torch.Tensor | None,
     softmax_scale: float,
     layout: str,
+    p_mode: str | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Causal attention on seqlen-padded (multiple of 256), contiguous inputs in `layout`; descales float32
-    (batch, nheads_k) for FP8, None for BF16. Returns out (BF16, q's layout) and lse (float32 (batch, heads,
-    seqlen))."""
-    checks.op_inputs(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout)
-    backend = backends.select(q.device)
-    out, lse = backend.forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout)
-    return out.contiguous(), lse.contiguous()  # the fake implementation promises contiguous outputs
+    """Causal attention on q, k, v in `layout` (any sequence length, any strides); descales contiguous float32
+    (batch, nheads_k) for FP8, None for BF16; p_mode None (the target's default), "exact" or "lean" (FP8 only).
+    Returns out (BF16, contiguous in q's layout) and lse (float32 (batch, heads, seqlen), contiguous)."""
+    problem = checks.op_inputs(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout, p_mode)
+    return forward(problem, q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout, p_mode)
 
 
 @fwd.register_fake
-def _fwd_fake(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout):
-    p = checks.op_inputs(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout)
+def _fwd_fake(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout, p_mode):
+    p = checks.op_inputs(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout, p_mode)
     out_shape = (p.batch, p.seqlen, p.heads, p.d_v) if layout == "bshd" else (p.batch, p.heads, p.seqlen, p.d_v)
     out = q.new_empty(out_shape, dtype=torch.bfloat16)
     lse = q.new_empty((p.batch, p.heads, p.seqlen), dtype=torch.float32)
@@ -67,7 +72,7 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grad_out, grad_lse):
     # Taking the incoming gradients keeps this op in the backward graph when torch.compile partitions it.
     dq, dk, dv = fwd_backward(grad_out, grad_lse, *ctx.saved_tensors)
-    return dq, dk, dv, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)

@@ -19,6 +19,11 @@ def fp8_quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     s is the largest integer with amax * 2**s <= 448, so the largest magnitude fits e4m3. Returns (x8, descale)
     with x ~= x8 * descale; descale = 2**-s is a one-element float32 tensor on x's device. An all-zero x gets
     descale 2**-9; a non-finite amax gives a NaN descale.
+
+    s is clamped to [-126, 126] so that the descale stays a normal float32 number, as attention requires. So a
+    tensor whose amax is below 448 * 2**-126 keeps fewer significant bits, and one whose amax is below 2**-136
+    (half e4m3's smallest subnormal, 2**-9, times 2**-126; float32 subnormals such as 1e-42) quantizes to zeros
+    with descale 2**-126: its reconstruction error is at most its amax. Nothing is read back to raise instead.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")

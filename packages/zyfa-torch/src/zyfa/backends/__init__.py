@@ -1,13 +1,15 @@
 """Backend choice by device.
 
-Every backend module has forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout) -> (out, lse).
-CPU tensors run `reference`; a CUDA GPU of compute capability 9.0 runs `sm90a`; a ROCm gfx950 GPU runs
-`gfx950`; anything else is refused. ZYFA_BACKEND=reference forces the reference path on any device. The GPU
-modules are imported on first use, so the CPU path never loads the kernel package.
+Every backend module has forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout, p_mode) ->
+(out, lse), out contiguous in `layout`, lse contiguous. CPU tensors run `reference`; a CUDA GPU of compute
+capability 9.0 runs `sm90a`; a ROCm gfx950 GPU runs `gfx950`; anything else is refused. ZYFA_BACKEND=reference
+forces the reference path on any device. The GPU modules are imported on first use, so the CPU path never loads
+the kernel package's native loader. A GPU's description is read once per device.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from dataclasses import dataclass
@@ -33,12 +35,21 @@ class DeviceDescription:
     name: str = ""
 
 
+CPU = DeviceDescription("cpu")
+
+
 def describe(device: torch.device) -> DeviceDescription:
     if device.type == "cpu":
-        return DeviceDescription("cpu")
+        return CPU
     if device.type != "cuda":
         return DeviceDescription(device.type)
-    props = torch.cuda.get_device_properties(device)
+    return describe_gpu(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=64)
+def describe_gpu(index: int) -> DeviceDescription:
+    """The description of CUDA / ROCm device `index`, queried once."""
+    props = torch.cuda.get_device_properties(index)
     if torch.version.hip:
         return DeviceDescription("rocm", props.gcnArchName.split(":")[0], props.name)  # e.g. "gfx950:sramecc+:xnack-"
     return DeviceDescription("cuda", f"sm{props.major}{props.minor}", props.name)
@@ -64,14 +75,30 @@ def backend_name(description: DeviceDescription, forced: str = "") -> str:
 
 def load(name: str) -> ModuleType:
     module = f"{__name__}.{name}"
+    found = _loaded.get(module)
+    if found is not None:
+        return found
     try:
-        return importlib.import_module(module)
+        found = _loaded[module] = importlib.import_module(module)
+        return found
     except ModuleNotFoundError as error:
         if error.name != module:
             raise
         raise UnsupportedDeviceError(f"the {name} backend ({module}) is not part of this installation") from None
 
 
+_loaded: dict[str, ModuleType] = {}
+
+
+_selected: dict[tuple[torch.device, str], ModuleType] = {}  # (device, ZYFA_BACKEND) -> backend module
+
+
 def select(device: torch.device) -> ModuleType:
-    """The backend module for tensors on `device`."""
-    return load(backend_name(describe(device), os.environ.get(BACKEND_ENV, "")))
+    """The backend module for tensors on `device` (chosen once per device and value of ZYFA_BACKEND)."""
+    forced = os.environ.get(BACKEND_ENV, "")
+    found = _selected.get((device, forced))
+    if found is None:
+        found = load(backend_name(describe(device), forced))
+        if len(_selected) < 64:
+            _selected[(device, forced)] = found
+    return found

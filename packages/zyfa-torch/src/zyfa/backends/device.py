@@ -1,15 +1,23 @@
-"""What the GPU backends share: operand views, output allocation, job tables uploaded once, the loader."""
+"""What the GPU backends share: operand views, output allocation, bounded caches of job tables and prepared
+launches, the copies a kernel needs, the loader.
+
+The call path after the first call of a shape: look up the prepared launch of (kernel, device, shapes, strides,
+scale), allocate out and lse, fill in the per-call pointers and launch. Nothing is re-derived that a cache holds,
+and every cache is bounded (LRU).
+"""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 LAYOUTS = ("bshd", "bhsd")
+JOB_TABLES = 64  # job tables kept per process (a pinned host and a device copy each, 16 bytes per job)
+PREPARED = 256  # prepared launches kept per backend
 
 
 @dataclass(frozen=True)
@@ -40,11 +48,18 @@ def loader():
 
 
 def device_index(t: torch.Tensor) -> int:
-    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+    index = t.get_device()  # no torch.device object: -1 for CPU tensors
+    return index if index >= 0 else torch.cuda.current_device()
 
 
 def current_stream(device: int) -> int:
-    return torch.cuda.current_stream(device).cuda_stream
+    """The raw current stream of `device` (as torch's compiled code reads it: no Stream object is made)."""
+    return torch._C._cuda_getCurrentRawStream(device)
+
+
+def capturing() -> bool:
+    """Whether the current stream is capturing a CUDA graph (then what a launch reads must outlive the graph)."""
+    return torch._C._cuda_isCurrentStreamCapturing()
 
 
 def outputs(q: torch.Tensor, batch: int, seqlen: int, heads: int, d_v: int, layout: str):
@@ -54,16 +69,107 @@ def outputs(q: torch.Tensor, batch: int, seqlen: int, heads: int, d_v: int, layo
     return out, torch.empty((batch, heads, seqlen), dtype=torch.float32, device=q.device)
 
 
-def job_table(build: Callable[..., np.ndarray], *args, device: int) -> torch.Tensor:
-    """The int32 job table build(*args) on `device`, uploaded once per (build, args, device).
+def padded(t: torch.Tensor, seq_dim: int, length: int) -> torch.Tensor:
+    """t zero-padded along seq_dim to `length` rows, contiguous (for kernels that do not mask their last tile).
 
-    The copy does not wait for the device (graph capture and the hot path never synchronise), so the pinned host
-    source stays cached beside the table for as long as the copy may still read it.
-    """
-    return _upload(build, args, device)[0]
+    Zero padding is exact for causal attention: padded keys come after every real query, so the mask removes
+    them, and padded query rows are cut from the results."""
+    shape = list(t.shape)
+    shape[seq_dim] = length
+    out = t.new_zeros(shape)
+    out.narrow(seq_dim, 0, t.shape[seq_dim]).copy_(t)
+    return out
 
 
-@functools.cache
-def _upload(build, args: tuple, device: int) -> tuple[torch.Tensor, torch.Tensor]:
-    host = torch.from_numpy(build(*args)).pin_memory()
-    return host.to(torch.device("cuda", device), non_blocking=True), host
+class LRU:
+    """A bounded mapping that drops its least recently used entry; `on_evict(value)` sees each value dropped."""
+
+    def __init__(self, size: int, on_evict: Callable[[object], None] | None = None):
+        self.size, self._items, self._on_evict = size, OrderedDict(), on_evict
+
+    def get(self, key: Hashable):
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: Hashable, value) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self.size:
+            _, dropped = self._items.popitem(last=False)
+            if self._on_evict is not None:
+                self._on_evict(dropped)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
+@dataclass
+class JobTable:
+    """One job table: the pinned host copy (the asynchronous upload reads it), the device copy, the streams that
+    launched with it (so that an evicted table is not reused before their work is done) and whether a CUDA graph
+    holds it (then it is never evicted)."""
+
+    host: torch.Tensor
+    device: torch.Tensor
+    streams: set[int]
+    captured: bool = False
+
+    def used_on(self, stream: int) -> None:
+        """Record a launch that reads this table on `stream` (per call: a set insert and a capture query)."""
+        self.streams.add(stream)
+        if not self.captured and capturing():
+            self.captured = True
+            _captured_tables.append(self)
+
+
+def release(table: JobTable) -> None:
+    """Before the cache drops `table`: keep its memory from reuse until the streams that read it are done."""
+    if table.device.is_cuda:
+        for stream in table.streams:
+            table.device.record_stream(torch.cuda.ExternalStream(stream, device=table.device.device))
+
+
+def upload(host: np.ndarray, device: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(pinned host copy, device copy) of a job table; the copy is asynchronous."""
+    pinned = torch.from_numpy(host).pin_memory()
+    return pinned, pinned.to(torch.device("cuda", device), non_blocking=True)
+
+
+_job_tables = LRU(JOB_TABLES, lambda table: release(table))
+_captured_tables: list[JobTable] = []  # tables a CUDA graph reads: kept for the life of the process
+
+
+def job_table(build: Callable[..., np.ndarray], *args, device: int) -> JobTable:
+    """The int32 job table build(*args) on `device`, built and uploaded once per (build, args, device) while it
+    stays among the JOB_TABLES most recently used. The upload does not wait for the device (graph capture and the
+    hot path never synchronise)."""
+    key = (build, args, device)
+    table = _job_tables.get(key)
+    if table is None:
+        table = JobTable(*upload(build(*args), device), set())
+        _job_tables.put(key, table)
+    return table
+
+
+class Prepared:
+    """One kernel's launch for one shape: its Launcher, its job table and its argument values in the kernel's
+    order, with the slots of the per-call values (pointers of fresh outputs, tensor maps of new addresses) marked."""
+
+    __slots__ = ("launcher", "plan", "table", "_template", "_slots")
+
+    def __init__(self, launcher, plan, table: JobTable, args: dict, per_call: Sequence[str]):
+        names = launcher.kernel.layout.names
+        self.launcher, self.plan, self.table = launcher, plan, table
+        self._template = [args.get(name) for name in names]
+        self._slots = tuple(names.index(name) for name in per_call)
+
+    def launch(self, stream: int, per_call: Sequence) -> None:
+        values = self._template.copy()
+        for slot, value in zip(self._slots, per_call, strict=True):
+            values[slot] = value
+        self.launcher.launch(stream, values)

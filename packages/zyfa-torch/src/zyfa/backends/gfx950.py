@@ -5,7 +5,8 @@ the device once (then cached), the descales stay on the device (the kernel reads
 on the current stream. BF16 inputs on gfx950 need the HIP C++ kernels, which are not built yet.
 
 `plan` is pure (shapes, strides and pointers in; kernel, grid and argument values out) so that it can be tested
-without a GPU; `forward` allocates the outputs and launches the plan.
+without a GPU; `forward` prepares a plan once per shape (device.Prepared) and then only fills in each call's
+pointers. The kernel comes from the manifest (dispatch.kernel: dtype, head dims, p_mode, offset_bits).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from dataclasses import dataclass
 import torch
 
 from .. import jobs as job_tables
-from .device import Operand, current_stream, device_index, job_table, loader, outputs
+from . import device as dev
+from . import dispatch
+from .device import Operand, loader
 
 TARGET = "gfx950"
 CHIPLETS = 8  # XCDs of an MI355X: workgroup w runs on chiplet w % 8
 OFFSET_LIMIT = 2**32  # the kernels address each (batch, head) slice with 32-bit buffer offsets
-DTYPES = {torch.float8_e4m3fn: "fp8e4m3"}
+POINTERS = ("q", "k", "v", "out", "lse", "q_descale", "k_descale", "v_descale")  # per call
 
 
 @dataclass(frozen=True)
@@ -76,14 +79,12 @@ def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int,
 # ---- device-side state, cached -----------------------------------------------------------------------------------
 
 
-def find_kernel(dtype: torch.dtype, d_qk: int, d_v: int):
-    if dtype not in DTYPES:
+def find_kernel(dtype: torch.dtype, d_qk: int, d_v: int, seqlen: int = 1, p_mode: str | None = None,
+                span_bytes: int = 0):
+    if dtype != torch.float8_e4m3fn:
         raise ValueError(f"gfx950: dtype {dtype} is not supported yet: the MI355X kernels take float8_e4m3fn inputs "
                          f"(BF16 on gfx950 is planned); use ZYFA_BACKEND=reference for BF16 on this GPU")
-    try:
-        return loader().manifest().find(target=TARGET, dtype=DTYPES[dtype], d_qk=d_qk, d_v=d_v)
-    except KeyError as error:
-        raise ValueError(f"gfx950: no kernel for head dims d_qk={d_qk}, d_v={d_v}: {error}") from None
+    return dispatch.kernel(TARGET, dtype, d_qk, d_v, p_mode, seqlen, span_bytes)
 
 
 def host_job_table(batch: int, heads: int, num_tiles: int, grid: int):
@@ -103,18 +104,73 @@ def _check_descale(name: str, t, batch: int, heads_k: int, device: torch.device)
                          f"{device}; got {t.dtype} {tuple(t.shape)} on {t.device}")
 
 
-def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layout: str):
-    """Interface of every backend: padded inputs contiguous in `layout` -> (out BF16 in `layout`, lse float32)."""
-    kernel = find_kernel(q.dtype, q.shape[-1], v.shape[-1])
-    qo, ko, vo = (Operand.of(t, layout) for t in (q, k, v))
-    batch, seqlen, heads, _ = qo.shape
-    for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
-        _check_descale(name, t, batch, ko.shape[2], q.device)
-    out, lse = outputs(q, batch, seqlen, heads, kernel.d_v, layout)
-    device = device_index(q)
-    jobs = job_table(host_job_table, batch, heads, math.ceil(seqlen / kernel.tile_m), kernel.grid_size, device=device)
-    p = plan(kernel, qo, ko, vo, Operand.of(out, layout), lse.data_ptr(),
-             (q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr()), jobs.data_ptr(), jobs.shape[0],
-             softmax_scale)
-    launch(p, device, current_stream(device))
-    return out, lse
+def _slice_span(t: torch.Tensor, seq_dim: int) -> int:
+    """Bytes one (batch, head) slice of t spans (what the kernels address with their buffer offsets)."""
+    return ((t.shape[seq_dim] - 1) * t.stride(seq_dim) + t.shape[-1]) * t.element_size()
+
+
+_prepared = dev.LRU(dev.PREPARED, lambda prepared: dev.release(prepared.table))  # bounded
+
+
+def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layout: str, p_mode: str | None = None):
+    """Interface of every backend: inputs in `layout`, any length and strides -> (out BF16 contiguous in `layout`,
+    lse float32). Inputs are padded to the tiles unless the kernel masks its last tile, and copied where the
+    kernel cannot read the view (a last dimension that is not contiguous). A call whose shapes, strides, scale and
+    p_mode were seen before reuses that call's prepared launch."""
+    key = (q.dtype, layout, p_mode, softmax_scale, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(),
+           q.get_device())
+    prepared = _prepared.get(key)
+    if prepared is None:
+        prepared = _GfxPrepared.make(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout, p_mode)
+        _prepared.put(key, prepared)
+    return prepared.run(q, k, v, q_descale, k_descale, v_descale)
+
+
+class _GfxPrepared(dev.Prepared):
+    """A prepared gfx950 launch and what each call copies (padding to `length` rows, or contiguous copies)."""
+
+    __slots__ = ("_seq_dim", "_seqlen", "_length", "_copies", "_layout", "_heads", "_heads_k", "_d_v")
+
+    @classmethod
+    def make(cls, q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout, p_mode) -> _GfxPrepared:
+        seq_dim = 1 if layout == "bshd" else 2
+        seqlen = q.shape[seq_dim]
+        copies = tuple(t.stride(-1) != 1 for t in (q, k, v))
+        span = max(_slice_span(t.contiguous() if copy else t, seq_dim) for t, copy in zip((q, k, v), copies,
+                                                                                          strict=True))
+        kernel = find_kernel(q.dtype, q.shape[-1], v.shape[-1], seqlen, p_mode, span)
+        length = seqlen if kernel.masks_tail else -(-seqlen // kernel.tile_m) * kernel.tile_m
+        if length != seqlen:
+            q, k, v = (dev.padded(t, seq_dim, length) for t in (q, k, v))
+        else:
+            q, k, v = (t.contiguous() if copy else t for t, copy in zip((q, k, v), copies, strict=True))
+        batch, heads = q.shape[0], q.shape[2 if layout == "bshd" else 1]
+        heads_k = k.shape[2 if layout == "bshd" else 1]
+        for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+            _check_descale(name, t, batch, heads_k, q.device)
+        device = dev.device_index(q)
+        table = dev.job_table(host_job_table, batch, heads, math.ceil(length / kernel.tile_m), kernel.grid_size,
+                              device=device)
+        out, lse = dev.outputs(q, batch, length, heads, kernel.d_v, layout)
+        p = plan(kernel, Operand.of(q, layout), Operand.of(k, layout), Operand.of(v, layout), Operand.of(out, layout),
+                 lse.data_ptr(), (q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr()),
+                 table.device.data_ptr(), table.device.shape[0], softmax_scale)
+        self = cls(loader().launcher(kernel, device, p.grid), p, table, p.args, POINTERS)
+        self._seq_dim, self._seqlen, self._length, self._copies = seq_dim, seqlen, length, copies
+        self._layout, self._heads, self._heads_k, self._d_v = layout, heads, heads_k, kernel.d_v
+        return self
+
+    def run(self, q, k, v, q_descale, k_descale, v_descale):
+        if self._length != self._seqlen:
+            q, k, v = (dev.padded(t, self._seq_dim, self._length) for t in (q, k, v))
+        elif True in self._copies:
+            q, k, v = (t.contiguous() if copy else t for t, copy in zip((q, k, v), self._copies, strict=True))
+        stream = dev.current_stream(self.launcher.device)
+        out, lse = dev.outputs(q, q.shape[0], self._length, self._heads, self._d_v, self._layout)
+        self.table.used_on(stream)
+        self.launch(stream, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                             q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr()))
+        if self._length != self._seqlen:
+            out = out.narrow(self._seq_dim, 0, self._seqlen).contiguous()
+            lse = lse[:, :, :self._seqlen].contiguous()
+        return out, lse
