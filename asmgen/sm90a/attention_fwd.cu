@@ -8,6 +8,8 @@
 // The numerics follow the model of zyfa.numerics (p_mode "bf16"): key tiles in increasing order, a lazily rescaled
 // row maximum (rescale only when a tile's maximum exceeds it by more than TAU), p = 2^(x - m) in FP32, the row sum
 // of unrounded p, P = bf16(p), O += P V in FP32, O / l at the end (as O * (1/l)) and lse = ln2 (m + log2 l).
+// Any sequence length: TMA reads rows and keys past seqlen as zeros, causality removes keys past a row's own, and
+// rows past seqlen are not stored (masks_tail in the manifest).
 //
 // Compile-time configuration (set by asmgen/sm90a/__init__.py):
 //   ZYFA_KERNEL    kernel symbol          ZYFA_D_QK, ZYFA_D_V   head dims (multiples of 64; D_V = 128)
@@ -457,6 +459,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
     for (int h = 0; h < 2; ++h) {
       const float inv_l = 1.0f / quad_sum(rows.l[h]);  // one division per row; O * (1/l) is within an FP32 ulp
       const int q = row + 8 * h;
+      if (q >= p.seqlen) continue;  // the last tile's rows past seqlen (TMA read them as zeros) are not stored
       uint16_t* out = p.out + job.batch * p.out_stride_b + q * p.out_stride_s + job.head * p.out_stride_h;
 #pragma unroll
       for (int i = 0; i < 16; ++i) {

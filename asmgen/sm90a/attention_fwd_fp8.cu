@@ -41,7 +41,12 @@ constexpr int kMmaK = 32;  // wgmma K for 8-bit operands
 constexpr int kOnesRows = 8;  // rows of ones after each V^T tile: the P V product's N = d_v + 8
 constexpr int kOnesBytes = kOnesRows * kAtomRowBytes;
 constexpr uint32_t kE4m3OnesWord = 0x38383838u;  // four e4m3 1.0
-constexpr int kAccRegs = 68;  // a 64x136 FP32 accumulator per thread
+// How l sums a tile's probabilities: 0 the ones columns of the P V product (the rounded P, in the tensor core's
+// truncating accumulator), 1 the unrounded FP32 p (FA3's way), 2 the rounded P from the packed fragments, in f16x2
+// (exact conversion, rounded additions) then FP32.
+constexpr int kRowsum = ZYFA_ROWSUM;
+constexpr bool kOnes = kRowsum == 0;
+constexpr int kAccRegs = kOnes ? 68 : 64;  // a 64x136 (64x128 without the ones) FP32 accumulator per thread
 constexpr int kThreadsPerWarpgroup = 128;
 constexpr int kConsumerWarps = 8;
 constexpr int kThreads = 3 * kThreadsPerWarpgroup;
@@ -58,7 +63,7 @@ struct SharedLayout {
   static constexpr int kQBoxes = (D_QK + kBoxCols - 1) / kBoxCols;  // d_qk = 192: the second box half zeros
   static constexpr int kQBytes = kQBoxes * kBoxBytes;
   static constexpr int kKBytes = kQBytes;
-  static constexpr int kVBytes = D_V * kAtomRowBytes + kOnesBytes;  // V^T: d_v rows of 128 keys, then the ones
+  static constexpr int kVBytes = D_V * kAtomRowBytes + (kOnes ? kOnesBytes : 0);  // V^T rows of 128 keys, ones
   static constexpr int kQ = 0;
   static constexpr int kK = kQ + kQBytes;
   static constexpr int kV = kK + STAGES * kKBytes;
@@ -163,6 +168,11 @@ __device__ void produce(const TensorMap* tq, const TensorMap* tk, const TensorMa
 // columns 8i + 2(l%4) + {0,1} in registers 4i + 2 half + {0,1}.
 __device__ __forceinline__ int acc_col(int reg, int lane) { return 8 * (reg / 4) + 2 * (lane % 4) + (reg % 2); }
 __device__ __forceinline__ int acc_half(int reg) { return (reg / 2) % 2; }
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
 
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
@@ -274,12 +284,17 @@ __device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_rows, uint32
 }
 
 // acc = P V^T-tile (N = 136: columns 128..135 the row sums), a fresh accumulator.
-__device__ __forceinline__ void issue_pv(float (&acc)[kAccRegs], const uint32_t (&pf)[16], uint32_t v_tile) {
+template <int ACC_REGS>  // 68 with the ones columns, else 64
+__device__ __forceinline__ void issue_pv(float (&acc)[ACC_REGS], const uint32_t (&pf)[16], uint32_t v_tile) {
   const uint64_t v_desc = smem_desc_sw128(v_tile, 16, kAtomBytes);
 #pragma unroll
   for (int k = 0; k < kTileN / kMmaK; ++k) {
     const uint32_t a[4] = {pf[4 * k], pf[4 * k + 1], pf[4 * k + 2], pf[4 * k + 3]};
-    wgmma_m64n136k32_rs_e4m3(acc, a, smem_desc_advance(v_desc, k * kMmaK), k > 0);
+    if constexpr (ACC_REGS == 68) {
+      wgmma_m64n136k32_rs_e4m3(acc, a, smem_desc_advance(v_desc, k * kMmaK), k > 0);
+    } else {
+      wgmma_m64n128k32_rs_e4m3(acc, a, smem_desc_advance(v_desc, k * kMmaK), k > 0);
+    }
   }
 }
 
@@ -290,11 +305,43 @@ __device__ __forceinline__ void fence_acc(float (&d)[kAccRegs]) {
 
 // The second level of the accumulation: O += acc and l += its ones columns, in FP32 registers. Every factor of
 // tile j's softmax applies to O and l before tile j's product is added, as in the model.
-__device__ __forceinline__ void add_tile(float (&o)[64], RowState& st, const float (&acc)[kAccRegs]) {
+// `sums`: the tile's row sums when they do not come from the ones columns (ZYFA_ROWSUM 1, 2).
+__device__ __forceinline__ void add_tile(float (&o)[64], RowState& st, const float (&acc)[kAccRegs],
+                                         const float (&sums)[2]) {
 #pragma unroll
   for (int r = 0; r < 64; ++r) o[r] += acc[r];
-  st.l[0] += acc[64];
-  st.l[1] += acc[66];
+  if constexpr (kOnes) {
+    st.l[0] += acc[kAccRegs - 4];
+    st.l[1] += acc[kAccRegs - 2];
+  } else {
+    st.l[0] += sums[0];
+    st.l[1] += sums[1];
+  }
+}
+
+// This lane's part of the row sums of a tile (ZYFA_ROWSUM 1: unrounded p; 2: the packed e4m3 P); the quad's four
+// parts are added at the end of the query tile.
+__device__ __forceinline__ void tile_sums(const float (&s)[64], const uint32_t (&pf)[16], float (&sums)[2]) {
+  if constexpr (kRowsum == 1) {
+    float part[2][4] = {};
+#pragma unroll
+    for (int r = 0; r < 64; ++r) part[acc_half(r)][(r / 4) % 4] += s[r];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) sums[h] = (part[h][0] + part[h][1]) + (part[h][2] + part[h][3]);
+  } else if constexpr (kRowsum == 2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t part[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {  // fragment registers 4k + h and 4k + h + 2 hold row half h
+        uint32_t a, b, c, d;
+        unpack_e4m3x4(pf[4 * k + h], a, b);
+        unpack_e4m3x4(pf[4 * k + h + 2], c, d);
+        part[k] = hadd2(hadd2(a, b), hadd2(c, d));
+      }
+      sums[h] = f16x2_sum(hadd2(part[0], part[1])) + f16x2_sum(hadd2(part[2], part[3]));
+    }
+  }
 }
 
 __device__ __forceinline__ void rescale(float (&o)[64], RowState& st, const float (&factor)[2]) {
@@ -330,6 +377,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   RowState st;
   float s[64], o[64], acc[kAccRegs];
   uint32_t pf[16], pf_b[16];
+  float sums[2] = {0.0f, 0.0f};  // row sums of the tile whose P V is in flight (ZYFA_ROWSUM 1, 2)
 
   auto k_tile = [&](const RingPos<STAGES>& at) { return base + L::kK + at.slot * L::kKBytes; };
   auto v_tile = [&](const RingPos<STAGES>& at) { return base + L::kV + at.slot * L::kVBytes; };
@@ -370,6 +418,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       }
       softmax_tile(s, st, c, factor);  // m was unset: O and l are still 0, the factor is not needed
       pack_p(s, pf);
+      tile_sums(s, pf, sums);
       prev = ring;
       ring.advance();
 
@@ -390,7 +439,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
           wgmma_wait<0>();  // both: the other consumer's GEMMs run under this one's softmax
           fence_acc(acc);
           release(bars.v_empty(prev.slot));
-          add_tile(o, st, acc);
+          add_tile(o, st, acc, sums);
         }
         fence_regs(s);
         if constexpr (!OVERLAP) release(bars.k_empty(ring.slot));
@@ -409,10 +458,11 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
           wgmma_wait<0>();
           fence_acc(acc);
           release(bars.v_empty(prev.slot));
-          add_tile(o, st, acc);
+          add_tile(o, st, acc, sums);
         }
         rescale(o, st, factor);
         if constexpr (!(OVERLAP && kDoubleP)) pack_p(s, next);
+        tile_sums(s, next, sums);
         prev = ring;
         ring.advance();
       };
@@ -426,7 +476,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         wgmma_wait<0>();
         fence_acc(acc);
         release(bars.v_empty(prev.slot));
-        add_tile(o, st, acc);
+        add_tile(o, st, acc, sums);
       };
       if constexpr (kDoubleP) {
         int kt = 1;
@@ -455,7 +505,8 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       const int head_row = job.batch * p.heads + job.head;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float inv_l = 1.0f / st.l[h];
+        const float l = kOnes ? st.l[h] : quad_sum(st.l[h]);  // the ones columns give every lane the whole sum
+        const float inv_l = 1.0f / l;
         const float scale = inv_l * p.v_descale[kv];  // loaded here: a register fewer through the key loop
         const int q = row + 8 * h;
         if (q < p.seqlen) {
@@ -482,7 +533,7 @@ __device__ void attention_fwd(const TensorMap* tq, const TensorMap* tk, const Te
   const int warpgroup = threadIdx.x / kThreadsPerWarpgroup;
 
   // The ones rows after every V^T slot, written once: TMA never writes there.
-  for (int w = threadIdx.x; w < STAGES * kOnesBytes / 4; w += kThreads) {
+  for (int w = threadIdx.x; kOnes && w < STAGES * kOnesBytes / 4; w += kThreads) {
     const int slot = w / (kOnesBytes / 4);
     reinterpret_cast<uint32_t*>(smem + L::kV + slot * L::kVBytes + D_V * kAtomRowBytes)[w % (kOnesBytes / 4)] =
         kE4m3OnesWord;

@@ -225,6 +225,19 @@ __device__ __forceinline__ void wgmma_m64n136k32_rs_e4m3(float (&d)[68], const u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
+// D(64x128, f32) (+)= A(64x32, e4m3 registers) * B(32x128, e4m3 shared memory, K-major).
+__device__ __forceinline__ void wgmma_m64n128k32_rs_e4m3(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                                         uint32_t accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred acc;\n"
+      "setp.ne.b32 acc, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ZYFA_ACC64 ", {%64, %65, %66, %67}, %68, acc, 1, 1;\n"
+      "}\n"
+      : ZYFA_ACC64_OPS(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
 // Orders this thread's generic-proxy shared-memory writes before later async-proxy (wgmma, TMA) accesses.
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -285,6 +298,38 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float b0, float b1, float b2, fl
       : "=r"(r)
       : "f"(b0), "f"(b1), "f"(b2), "f"(b3));
   return r;
+}
+
+// The four e4m3 bytes of `x` as two f16x2 registers (exact: every e4m3 value is an f16 value); bytes 0, 1 in `lo`.
+__device__ __forceinline__ void unpack_e4m3x4(uint32_t x, uint32_t& lo, uint32_t& hi) {
+  asm("{\n"
+      ".reg .b16 a, b;\n"
+      "mov.b32 {a, b}, %2;\n"
+      "cvt.rn.f16x2.e4m3x2 %0, a;\n"
+      "cvt.rn.f16x2.e4m3x2 %1, b;\n"
+      "}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(x));
+}
+
+__device__ __forceinline__ uint32_t hadd2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
+// The sum of the two halves of an f16x2 register, in FP32.
+__device__ __forceinline__ float f16x2_sum(uint32_t x) {
+  float a, b;
+  asm("{\n"
+      ".reg .b16 l, h;\n"
+      "mov.b32 {l, h}, %2;\n"
+      "cvt.f32.f16 %0, l;\n"
+      "cvt.f32.f16 %1, h;\n"
+      "}\n"
+      : "=f"(a), "=f"(b)
+      : "r"(x));
+  return a + b;
 }
 
 }  // namespace zyfa

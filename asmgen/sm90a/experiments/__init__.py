@@ -18,10 +18,13 @@ from .. import FP8_STAGES, KERNELS, MAX_SHARED, RESERVED_SHARED, build, fp8_dyna
 
 # name -> (manifest changes, build keywords)
 VARIANTS = {
-    "serial": ({}, {"overlap": False}),  # the softmax after both GEMMs: no overlap inside a consumer
+    "overlap": ({}, {"overlap": True}),  # the softmax under the consumer's own P V (pinned ahead of its wait)
+    "ones": ({"rowsum_method": "ones", "rowsum": "rounded"}, {}),  # l from the ones columns of P V (N = 136)
+    "fp32sum": ({"rowsum_method": "fp32", "rowsum": "fp32"}, {}),  # l of the unrounded p (FA3's way)
+    "overlap_ones": ({"rowsum_method": "ones", "rowsum": "rounded"}, {"overlap": True}),
     "stages3": ({"stages": FP8_STAGES + 1}, {}),  # a third K/V^T ring slot
-    "double_p": ({}, {"double_p": True}),  # P packed under the running P V (spills: listed as not built)
-    "pingpong": ({"schedule": "pingpong"}, {"overlap": False}),  # ping-pong consumers, softmax after both GEMMs
+    "double_p": ({}, {"overlap": True, "double_p": True}),  # P packed under the running P V (spills)
+    "pingpong": ({"schedule": "pingpong"}, {}),  # ping-pong consumers (spills)
 }
 
 
@@ -35,8 +38,8 @@ def build_variants(folder: Path, names=None) -> list[dict]:
             entry = {**kernel, **changes, "name": f"{kernel['name']}_{suffix}",
                      "file": f"{kernel['name']}_{suffix}.cubin"}
             entry["symbol"] = kernel["symbol"]
-            entry["shared_bytes"] = fp8_dynamic_shared_bytes(entry["d_qk"], entry["d_v"], entry["stages"]) + \
-                RESERVED_SHARED
+            entry["shared_bytes"] = fp8_dynamic_shared_bytes(entry["d_qk"], entry["d_v"], entry["stages"],
+                                                             entry["rowsum_method"] == "ones") + RESERVED_SHARED
             if entry["shared_bytes"] > MAX_SHARED:
                 continue
             path = folder / entry["file"]

@@ -51,7 +51,7 @@ def test_every_built_kernel_is_in_the_manifest_as_described():
 
 def test_each_schedule_compiles_its_issue_order():
     for entry in sources.KERNELS:
-        flags = sources.defines(entry)
+        flags = sources.fp8_defines(entry) if entry["dtype"] == "fp8e4m3" else sources.defines(entry)
         assert f"-DZYFA_PINGPONG={int(entry['schedule'] == 'pingpong')}" in flags
         assert f"-DZYFA_DYNAMIC_SHARED_BYTES={entry['shared_bytes'] - sources.RESERVED_SHARED}" in flags
 
@@ -92,28 +92,30 @@ def test_plan_refuses_what_the_kernel_cannot_address():
     with pytest.raises(ValueError, match="q address and strides must be multiples of 16 bytes"):
         sm90a.plan(kernel(), misaligned, ko, vo, oo, 0x1000, 0x2000, 4, SMS, 1.0)
     short = sm90a.Operand(qo.ptr, (1, 200, 4, 128), qo.strides, 2)
-    with pytest.raises(ValueError, match="seqlen 200 must be a multiple"):
-        sm90a.plan(kernel(), short, ko, vo, oo, 0x1000, 0x2000, 4, SMS, 1.0)
+    assert kernel().masks_tail  # the kernel masks its last tiles: any length
+    assert sm90a.plan(kernel(), short, ko, vo, oo, 0x1000, 0x2000, 4, SMS, 1.0).args["seqlen"] == 200
     odd_heads = sm90a.Operand(qo.ptr, (1, 256, 3, 128), qo.strides, 2)
     with pytest.raises(ValueError, match="heads 3 must be a multiple of heads_k 2"):
         sm90a.plan(kernel(), odd_heads, ko, vo, oo, 0x1000, 0x2000, 4, SMS, 1.0)
 
 
-def test_schedule_and_kernel_follow_the_measured_crossover():
-    for d_qk, crossover in sm90a.INDEPENDENT_FROM_SEQLEN.items():
-        assert sm90a.schedule(d_qk, crossover - 256) == "pingpong"
-        assert sm90a.schedule(d_qk, crossover) == "independent"
+def test_kernel_choice_follows_the_manifest_seqlen_ranges():
     assert sm90a.find_kernel(torch.bfloat16, 192, 128, 32768).name == "sm90a_fwd_bf16_d192_128_independent"
     assert sm90a.find_kernel(torch.bfloat16, 128, 128, 2048).name == "sm90a_fwd_bf16_d128_pingpong"
+    for d_qk in (128, 192):
+        low = sm90a.find_kernel(torch.bfloat16, d_qk, 128, sources.INDEPENDENT_FROM_SEQLEN - 1)
+        high = sm90a.find_kernel(torch.bfloat16, d_qk, 128, sources.INDEPENDENT_FROM_SEQLEN)
+        assert (low.schedule, high.schedule) == ("pingpong", "independent")
+        for seqlen in (1, 4096, 1 << 20):
+            assert sm90a.find_kernel(torch.float8_e4m3fn, d_qk, 128, seqlen).dtype == "fp8e4m3"
 
 
 def test_unsupported_inputs_are_refused_by_name():
-    with pytest.raises(ValueError, match="no kernel for head dims d_qk=64, d_v=64"):
+    with pytest.raises(ValueError, match="0 kernels for bf16 head dims d_qk=64, d_v=64"):
         sm90a.find_kernel(torch.bfloat16, 64, 64, 1024)
-    q = torch.zeros(1, 256, 2, 128, dtype=torch.float8_e4m3fn)
-    descale = torch.ones(1, 2)
-    with pytest.raises(ValueError, match="sm90a: torch.float8_e4m3fn inputs are not supported yet"):
-        sm90a.forward(q, q, q, descale, descale, descale, 0.1, "bshd")
+    q = torch.zeros(1, 256, 2, 128, dtype=torch.float16)
+    with pytest.raises(ValueError, match="sm90a: torch.float16 inputs are not supported"):
+        sm90a.forward(q, q, q, None, None, None, 0.1, "bshd")
 
 
 def test_inspect_without_cuobjdump_says_what_to_install(monkeypatch):
