@@ -95,7 +95,8 @@ def every_schedule(q, k, v, layout):
     """Outputs of every shipped sm90a kernel for these head dims, on the balanced job table and the plain pairs."""
     return {f"{kernel.schedule}{'' if balanced else ' paired'}": run_kernel(kernel, q, k, v, layout, balanced)
             for kernel in zyfa_kernels.manifest().kernels
-            if kernel.target == "sm90a" and kernel.d_qk == q.shape[-1] and kernel.d_v == v.shape[-1]
+            if kernel.target == "sm90a" and kernel.dtype == "bf16" and kernel.d_qk == q.shape[-1]
+            and kernel.d_v == v.shape[-1]
             for balanced in (True, False)}
 
 
