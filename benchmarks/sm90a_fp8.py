@@ -36,8 +36,7 @@ from zyfa_tools.inputs import activation_like, gaussian, quantize
 from zyfa_tools.reference import attention_fp64
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
-from gpu_common import (bf16_ulps, causal_flops, device_time_ms, event_time_ms, model_kwargs,  # noqa: E402
-                        rel_rms, watchdog)
+from gpu_common import bf16_ulps, causal_flops, device_time_ms, event_time_ms, model_kwargs, rel_rms, watchdog  # noqa: E402
 
 FP8_PEAK_TFLOPS = 1979.0  # H100/H200 dense FP8
 HEAD_DIMS = ((128, 128), (192, 128))
@@ -177,21 +176,26 @@ def bench(seqlen, heads, heads_k, d_qk, d_v, args, variants) -> dict:
     return row
 
 
+def _ratio(a, b) -> str:
+    return f"{a / b:.3f}" if a and b else "-"
+
+
 def markdown(report) -> str:
+    nan = float("nan")
     lines = [f"# sm90a FP8 forward, {report['device']}", "",
              f"torch {report['torch']}, CUDA {report['cuda']}, fa3-fwd {report.get('fa3', 'absent')}, "
              f"zyfa {report['zyfa']}; causal, batch 1, Gaussian std 0.1 quantized to e4m3, per-(batch, kv head) "
              f"descales. TFLOP/s = H S^2 (d_qk + d_v) / time; kernel-only time from CUDA graph replays (eager: "
              f"events around back-to-back calls). zyfa = V^T pre-pass + kernel; kernel = the kernel alone.", "",
-             "| d | S | H/Hk | zyfa | kernel | FA3 FP8 | zyfa / FA3 | kernel / FA3 | % of FP8 peak | pre-pass us | "
-             "zyfa eager | FA3 eager |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| d | S | H/Hk | zyfa | kernel | FA3 FP8 | zyfa / FA3 | kernel / FA3 | zyfa % of FP8 peak | "
+             "pre-pass us | zyfa eager | FA3 eager |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
         t, te = r["tflops"], r["tflops_eager"]
-        nan = float("nan")
-        lines.append(f"| {r['d_qk']}/{r['d_v']} | {r['seqlen']} | {r['heads']}/{r['heads_k']} | {t.get('zyfa', nan):.0f} | "
-                     f"{t.get('kernel', nan):.0f} | {t.get('fa3', nan):.0f} | {t.get('zyfa', nan) / t.get('fa3', nan):.3f} | "
-                     f"{t.get('kernel', nan) / t.get('fa3', nan):.3f} | {100 * t.get('zyfa', nan) / FP8_PEAK_TFLOPS:.1f} | "
-                     f"{1000 * r['ms_graph'].get('vt', nan):.1f} | {te.get('zyfa', nan):.0f} | {te.get('fa3', nan):.0f} |")
+        lines.append(
+            f"| {r['d_qk']}/{r['d_v']} | {r['seqlen']} | {r['heads']}/{r['heads_k']} | {t.get('zyfa', nan):.0f} | "
+            f"{t.get('kernel', nan):.0f} | {t.get('fa3', nan):.0f} | {_ratio(t.get('zyfa'), t.get('fa3'))} | "
+            f"{_ratio(t.get('kernel'), t.get('fa3'))} | {100 * t.get('zyfa', nan) / FP8_PEAK_TFLOPS:.1f} | "
+            f"{1000 * r['ms_graph'].get('vt', nan):.1f} | {te.get('zyfa', nan):.0f} | {te.get('fa3', nan):.0f} |")
     others = sorted({n for r in report["rows"] for n in r["tflops"]} - {"zyfa", "kernel", "fa3"})
     if others:
         lines += ["", "Variants (kernel alone, TFLOP/s): " + ", ".join(others), "",
@@ -201,15 +205,17 @@ def markdown(report) -> str:
             lines.append(f"| {r['d_qk']}/{r['d_v']} | {r['seqlen']} | {r['heads']}/{r['heads_k']} | "
                          f"{t.get('kernel', 0):.0f} | " + " | ".join(f"{t.get(n, 0):.0f}" for n in others) + " |")
     if report.get("accuracy"):
-        lines += ["", "Accuracy: relative RMS error vs float64 on the same quantized inputs; the model is zyfa.numerics "
-                  "configured from the kernel's manifest entry (block64: with per-64-key-block scaling).", "",
+        lines += ["", "Accuracy: relative RMS error vs float64 on the same quantized inputs; the model is "
+                  "zyfa.numerics configured from the kernel's manifest entry (block64: with per-64-key-block "
+                  "scaling).", "",
                   "| kernel | shape | inputs | ours | model | model block64 | FA3 FP8 | ours / FA3 | ours / model | "
-                  "max BF16 ulps vs model | lse vs model | lse vs fp64 | ok |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "max BF16 ulps vs model | lse vs model | lse vs fp64 | ok |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for a in report["accuracy"]:
-            f3 = a.get("fa3_vs_fp64", float("nan"))
+            f3 = a.get("fa3_vs_fp64")
             lines.append(f"| {a['kernel']} | {a['shape']} | {a['inputs']} | {a['rel_rms_vs_fp64']:.3e} | "
-                         f"{a['model_vs_fp64']:.3e} | {a['model_block64_vs_fp64']:.3e} | {f3:.3e} | "
-                         f"{a['rel_rms_vs_fp64'] / f3:.3f} | {a['rel_rms_vs_fp64'] / a['model_vs_fp64']:.3f} | "
+                         f"{a['model_vs_fp64']:.3e} | {a['model_block64_vs_fp64']:.3e} | {f3 or nan:.3e} | "
+                         f"{_ratio(a['rel_rms_vs_fp64'], f3)} | {_ratio(a['rel_rms_vs_fp64'], a['model_vs_fp64'])} | "
                          f"{a['max_ulps_vs_model']:.1f} | {a['max_lse_diff_vs_model']:.1e} | "
                          f"{a['max_lse_diff_vs_fp64']:.1e} | {a['ok']:d} |")
     return "\n".join(lines) + "\n"
@@ -232,7 +238,8 @@ def main() -> int:
     dims = [d for d in HEAD_DIMS if str(d[0]) in args.head_dims.split(",")]
     variants = {}  # full name -> kernel; labelled by what follows the shipped kernel's name
     if args.variants:
-        variants = {var.name: var for var in zyfa_kernels.Manifest.from_file(Path(args.variants) / "manifest.json").kernels}
+        manifest = zyfa_kernels.Manifest.from_file(Path(args.variants) / "manifest.json")
+        variants = {var.name: var for var in manifest.kernels}
     mod = fa3()
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
               "zyfa": zyfa.__version__, "fa3": getattr(mod, "__version__", "0.0.3") if mod else None,

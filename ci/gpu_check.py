@@ -196,13 +196,14 @@ FP8_SHAPES = ((1, 4096, 8, 2, "bshd"), (2, 1000, 4, 2, "bhsd"), (1, 777, 6, 3, "
 FP8_SMALL_SHAPES = ((1, 300, 2, 1, "bshd"),)
 FP8_INPUTS = {"gaussian": {}, "activation_sink12": {"sink_binades": 12.0}, "activation_sink8": {"sink_binades": 8.0}}
 # The FP8 kernels differ from the model by Hopper's FP8 accumulators too (about 13 mantissa bits, truncated): the
-# scores of Q K^T, and so an occasional e4m3 code of P one step off, and each tile's P V. Measured on the H200
-# (docs/sm90a.md): their distance from the model stays below half the model's own error against float64, and their
-# error is within 5% of the model's; their lse is within 2^-12 of the largest |lse| in base-2 units, plus 1e-3, of
-# the model's (the rounded probabilities make the model's own lse differ from float64's by up to ~2e-2).
+# scores of Q K^T, and so an occasional e4m3 code of P one step off, and each tile's P V; and their row sums add the
+# rounded P in f16 before FP32. Measured on the H200 (docs/sm90a.md, "FP8"): their distance from the model stays
+# below half the model's own error against float64 and their error is within 5% of the model's; their lse is within
+# 3.2e-3 of the model's on Gaussian inputs and 1.8e-2 on activation-like ones with a sink 12 binades above the tail
+# (f16 drops the tail's probabilities next to the sink's in the sink's key tile): the documented bound is 2.5e-2.
 FP8_MAX_MODEL_DISTANCE = 0.5
 FP8_MAX_ERROR_VS_MODEL = 1.05
-FP8_LSE_SCORE_BITS = 12
+FP8_MAX_LSE_DIFF = 2.5e-2
 
 
 def fp8_inputs(shape, d_qk, d_v, kind, seed):
@@ -238,8 +239,7 @@ def check_fp8(kernel, shape, kind, *, limit_s=CALL_LIMIT_S):
     model_out, model_lse = numerics.attention(qb, kb, vb, **desc, **model_kwargs(kernel), return_lse=True)
     ref_out, ref_lse = attention_fp64(qb, kb, vb, **desc, return_lse=True)
     out_b = as_bshd(out, layout)
-    scores = ref_lse.abs().max() / math.log(2.0) + 1.0  # about the largest |x| in base-2 units
-    lse_bound = float(scores) * 2.0 ** -FP8_LSE_SCORE_BITS + 1e-3
+    lse_bound = FP8_MAX_LSE_DIFF
     d = (desc["q_descale"], desc["k_descale"], desc["v_descale"])
     raw_out, raw_lse = sm90a.run(kernel, q, k, v, q.shape[-1] ** -0.5, layout, descales=d)  # unpadded
     result = {
@@ -345,7 +345,8 @@ def print_fp8(report) -> int:
         failures += not r["ok"]
         print(f"fp8 {r['kernel']} {r['shape']} {r['inputs']}: vs fp64 {r['rel_rms_vs_fp64']:.3e} (model "
               f"{r['model_rel_rms_vs_fp64']:.3e}), vs model {r['rel_rms_vs_model']:.2e}, ulps "
-              f"{r['max_ulps_vs_model']:.0f}, lse vs model {r['max_lse_diff_vs_model']:.1e} (bound {r['lse_bound']:.1e}), "
+              f"{r['max_ulps_vs_model']:.0f}, lse vs model {r['max_lse_diff_vs_model']:.1e} "
+              f"(bound {r['lse_bound']:.1e}), "
               f"det {r['deterministic']:d} unpadded {r['unpadded_equal']:d} ok {r['ok']:d}")
     return failures
 

@@ -64,12 +64,13 @@ def steps(code: list[str]) -> list[Step]:
 
 
 def report(cubins: list[Path]) -> str:
-    rows = ["| cubin | HGMMA/QGMMA | MUFU.EX2 | local memory ops | step | under P V (MUFU.EX2) | arrives at | exposed |",
+    rows = ["| cubin | wgmma | MUFU.EX2 | local memory ops | step | under P V (MUFU.EX2) | arrives at | exposed |",
             "|---|---|---|---|---|---|---|---|"]
     for cubin in cubins:
         code = instructions(cubin)
         local = sum(bool(LOCAL_MEMORY.search(c)) for c in code)
-        totals = f"{sum(map(_is_gemm, code))} | {sum('MUFU.EX2' in c for c in code)} | {local}"
+        gemms, exponentials = sum(map(_is_gemm, code)), sum("MUFU.EX2" in c for c in code)
+        totals = f"{gemms} | {exponentials} | {local}"
         for index, step in enumerate(steps(code)):
             head = f"| {cubin.stem} | {totals}" if index == 0 else "| | | |"
             rows.append(f"{head} | {index + 1} | {step.under_pv} ({step.exponentials}) | "

@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import VARIANTS, __doc__ as doc, build_variants
+from . import VARIANTS, build_variants
+from . import __doc__ as doc
 
 
 def main() -> int:
