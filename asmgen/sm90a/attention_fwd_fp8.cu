@@ -22,6 +22,7 @@
 // P is packed under the running P V, held there by the pinned barrier release; 0 packs after the P V wait).
 
 #include "ptx.cuh"
+#include "tile.cuh"
 
 #include <math_constants.h>
 
@@ -82,29 +83,6 @@ struct Barriers {
   __device__ uint32_t v_empty(int s) const { return base + 40 + 32 * s; }
 };
 
-template <int STAGES>
-struct RingPos {
-  int slot = 0;
-  uint32_t parity = 0;
-  __device__ void advance() {
-    if (++slot == STAGES) {
-      slot = 0;
-      parity ^= 1;
-    }
-  }
-};
-
-struct Job {
-  int batch, head, tile_lo, tile_hi;
-  __device__ int num_tiles() const { return tile_lo < 0 ? 0 : tile_lo == tile_hi ? 1 : 2; }
-  __device__ int tile(int i) const { return i == 0 ? tile_lo : tile_hi; }
-};
-
-__device__ __forceinline__ Job load_job(const int* jobs, int index) {
-  const int4 j = reinterpret_cast<const int4*>(jobs)[index];
-  return {j.x, j.y, j.z, j.w};
-}
-
 struct Params {
   uint16_t* out;
   float* lse;
@@ -164,21 +142,6 @@ __device__ void produce(const TensorMap* tq, const TensorMap* tk, const TensorMa
 
 // ---- consumer -----------------------------------------------------------------------------------------------------
 
-// Accumulator layout of m64nN (as in the BF16 kernel): lane l of warp w holds rows 16w + l/4 (+8 for "half" 1),
-// columns 8i + 2(l%4) + {0,1} in registers 4i + 2 half + {0,1}.
-__device__ __forceinline__ int acc_col(int reg, int lane) { return 8 * (reg / 4) + 2 * (lane % 4) + (reg % 2); }
-__device__ __forceinline__ int acc_half(int reg) { return (reg / 2) % 2; }
-
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffff, x, 1);
-  return x + __shfl_xor_sync(0xffffffff, x, 2);
-}
-
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
-}
-
 // Ping-pong turns: consumer warpgroup w (1 or 2) waits on named barrier w and lets the other go on barrier 3 - w.
 // The ids are computed from the thread index at each use rather than held: two registers fewer through the key
 // loop, where the FP8 kernel has none to spare.
@@ -198,17 +161,6 @@ struct RowState {
   float l[2];  // row sum of the rounded P (every lane of the quad holds it: the ones columns)
 };
 __device__ __forceinline__ RowState no_rows() { return {{-CUDART_INF_F, -CUDART_INF_F}, {0.0f, 0.0f}}; }
-
-__device__ __forceinline__ void partial_maxima(const float (&s)[64], float (&local)[2]) {
-  constexpr int kChains = 4;
-  float mx[2][kChains];
-#pragma unroll
-  for (int c = 0; c < kChains; ++c) mx[0][c] = mx[1][c] = -CUDART_INF_F;
-#pragma unroll
-  for (int r = 0; r < 64; ++r) mx[acc_half(r)][(r / 4) % kChains] = fmaxf(mx[acc_half(r)][(r / 4) % kChains], s[r]);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) local[h] = fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]));
-}
 
 // Scores of one key tile -> 2^(x - m + 8) in place (FP32, rounded to e4m3 by pack_p); the lazy row maximum moves
 // when the tile's maximum exceeds it by more than tau, and factor[h] = 2^(m_old - m_new) is returned for O and l
@@ -351,12 +303,6 @@ __device__ __forceinline__ void rescale(float (&o)[64], RowState& st, const floa
     st.l[0] *= factor[0];
     st.l[1] *= factor[1];
   }
-}
-
-__device__ __forceinline__ void mask_diagonal(float (&s)[64], int row0, int lane) {
-#pragma unroll
-  for (int r = 0; r < 64; ++r)
-    if (acc_col(r, lane) > row0 + 8 * acc_half(r)) s[r] = -CUDART_INF_F;
 }
 
 template <int D_QK, int D_V, int STAGES, bool PINGPONG, bool OVERLAP>
