@@ -206,9 +206,10 @@ def _fp8_kernel(d_qk: int, d_v: int, schedule: str, stages: int = FP8_STAGES,
     }
 
 
-KERNELS: list[dict] = [_kernel(d_qk, d_v, tau, schedule) for d_qk, d_v, tau in ((128, 128, 0.5), (192, 128, 8.0))
-                       for schedule in SCHEDULES]
-KERNELS += [_fp8_kernel(d_qk, 128, schedule) for d_qk in (128, 192) for schedule in FP8_SCHEDULES]
+BF16_KERNELS: list[dict] = [_kernel(d_qk, d_v, tau, schedule)
+                            for d_qk, d_v, tau in ((128, 128, 0.5), (192, 128, 8.0)) for schedule in SCHEDULES]
+FP8_KERNELS: list[dict] = [_fp8_kernel(d_qk, 128, schedule) for d_qk in (128, 192) for schedule in FP8_SCHEDULES]
+KERNELS: list[dict] = BF16_KERNELS + FP8_KERNELS
 
 
 def fp8_defines(kernel: dict, *, double_p: bool = FP8_DOUBLE_P, overlap: bool = FP8_OVERLAP) -> list[str]:
