@@ -99,7 +99,7 @@ def main() -> int:
     root = Path(args.folder)
     root.mkdir(parents=True, exist_ok=True)
     entries = []
-    for kernel in sm90a.KERNELS:
+    for kernel in sm90a.BF16_KERNELS:  # the FP8 kernels' variants: python -m asmgen.sm90a.experiments
         if kernel["schedule"] not in args.schedules or (args.d_qk and kernel["d_qk"] not in args.d_qk):
             continue
         for suffix, base, flags in variants_of(kernel, names):

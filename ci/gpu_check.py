@@ -1,6 +1,8 @@
 """Validate the sm90a kernels on an H100/H200 through the public path (flash_attn_func -> op -> backend ->
 zyfa_kernels): agreement with the numerics model (tight) and with float64, every output element written, bitwise
-determinism, CUDA graph capture and replay, torch.compile, and a tensor over 4 GiB.
+determinism, CUDA graph capture and replay, torch.compile, and a tensor over 4 GiB; the same for the FP8 kernels
+(model configured from their manifest entries, activation-like and Gaussian inputs, the descale forms), and every
+kernel that masks its last tiles on lengths that are no multiple of them, unpadded.
 
     python ci/gpu_check.py [--out DIR] [--small]     (--small: one tiny configuration, for compute-sanitizer)
     python ci/gpu_check.py --variants DIR            (the accuracy checks and determinism of each kernel variant
@@ -27,7 +29,7 @@ from zyfa.backends import sm90a
 from zyfa_tools.reference import attention_fp64
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_common import bf16_ulps, print_items, rel_rms, watchdog  # noqa: E402
+from gpu_common import bf16_ulps, model_kwargs, print_items, rel_rms, watchdog  # noqa: E402
 
 HEAD_DIMS = ((128, 128), (192, 128))
 TAU = {128: 0.5, 192: 8.0}  # the kernels' rescale thresholds (manifest rescale_threshold)
@@ -93,7 +95,8 @@ def every_schedule(q, k, v, layout):
     """Outputs of every shipped sm90a kernel for these head dims, on the balanced job table and the plain pairs."""
     return {f"{kernel.schedule}{'' if balanced else ' paired'}": run_kernel(kernel, q, k, v, layout, balanced)
             for kernel in zyfa_kernels.manifest().kernels
-            if kernel.target == "sm90a" and kernel.d_qk == q.shape[-1] and kernel.d_v == v.shape[-1]
+            if kernel.target == "sm90a" and kernel.dtype == "bf16" and kernel.d_qk == q.shape[-1]
+            and kernel.d_v == v.shape[-1]
             for balanced in (True, False)}
 
 
@@ -187,6 +190,169 @@ def check_large():
     return {"q_bytes": q.numel() * q.element_size(), "ok": bool(torch.equal(out[b:, :, h], small))}
 
 
+# ---- FP8 ---------------------------------------------------------------------------------------------------------
+
+FP8_SHAPES = ((1, 4096, 8, 2, "bshd"), (2, 1000, 4, 2, "bhsd"), (1, 777, 6, 3, "bshd"), (3, 130, 2, 1, "bshd"))
+FP8_SMALL_SHAPES = ((1, 300, 2, 1, "bshd"),)
+FP8_INPUTS = {"gaussian": {}, "activation_sink12": {"sink_binades": 12.0}, "activation_sink8": {"sink_binades": 8.0}}
+# The FP8 kernels differ from the model by Hopper's FP8 accumulators too (about 13 mantissa bits, truncated): the
+# scores of Q K^T, and so an occasional e4m3 code of P one step off, and each tile's P V; and their row sums add the
+# rounded P in f16 before FP32. Measured on the H200 (docs/sm90a.md, "FP8"): their distance from the model stays
+# below the model's own error against float64 (0.04x on Gaussian inputs, up to 0.89x on activation-like ones, where
+# the deviations are one-code flips of P that do not add to the error) and their error is within 5% of the model's
+# (up to 1.047x); their lse is within
+# 3.2e-3 of the model's on Gaussian inputs and 1.8e-2 on activation-like ones with a sink 12 binades above the tail
+# (f16 drops the tail's probabilities next to the sink's in the sink's key tile): the documented bound is 2.5e-2.
+FP8_MAX_MODEL_DISTANCE = 1.0
+FP8_MAX_ERROR_VS_MODEL = 1.05
+FP8_MAX_LSE_DIFF = 2.5e-2
+
+
+def fp8_inputs(shape, d_qk, d_v, kind, seed):
+    """e4m3 (q, k, v) in `layout` and the float32 (batch, heads_k) descales, from zyfa_tools.inputs."""
+    from zyfa_tools.inputs import activation_like, gaussian, quantize
+
+    batch, seqlen, heads, heads_k, layout = shape
+    make = gaussian if kind == "gaussian" else functools.partial(activation_like, **FP8_INPUTS[kind])
+    q, k, v, descales = quantize(*make(batch, seqlen, heads, heads_k, d_qk, d_v, seed=seed), torch.float8_e4m3fn)
+    q, k, v = (t.cuda() if layout == "bshd" else t.cuda().transpose(1, 2).contiguous() for t in (q, k, v))
+    return q, k, v, {name: d.cuda() for name, d in descales.items()}
+
+
+def fp8_kernels():
+    return [k for k in zyfa_kernels.manifest().kernels if k.target == "sm90a" and k.dtype == "fp8e4m3"]
+
+
+def check_fp8(kernel, shape, kind, *, limit_s=CALL_LIMIT_S):
+    """The public call on FP8 inputs (descales as (batch, heads_k) tensors) against the model configured from the
+    kernel's manifest entry and float64; the kernel itself unpadded; determinism."""
+    batch, seqlen, heads, heads_k, layout = shape
+    q, k, v, desc = fp8_inputs(shape, kernel.d_qk, kernel.d_v, kind, seed=seqlen + heads)
+    poison_allocator(2 * q.numel() * kernel.d_v // kernel.d_qk + 8 * batch * heads * seqlen)
+
+    def call():
+        with watchdog(f"flash_attn_func FP8 on {shape}", limit_s):
+            result = zyfa.flash_attn_func(q, k, v, causal=True, layout=layout, return_lse=True, **desc)
+            torch.cuda.synchronize()
+        return result
+
+    out, lse = call()
+    qb, kb, vb = (as_bshd(t, layout) for t in (q, k, v))
+    model_out, model_lse = numerics.attention(qb, kb, vb, **desc, **model_kwargs(kernel), return_lse=True)
+    ref_out, ref_lse = attention_fp64(qb, kb, vb, **desc, return_lse=True)
+    out_b = as_bshd(out, layout)
+    lse_bound = FP8_MAX_LSE_DIFF
+    d = (desc["q_descale"], desc["k_descale"], desc["v_descale"])
+    raw_out, raw_lse = sm90a.run(kernel, q, k, v, q.shape[-1] ** -0.5, layout, descales=d)  # unpadded
+    result = {
+        "kernel": kernel.name, "shape": list(shape), "d_qk": kernel.d_qk, "d_v": kernel.d_v, "inputs": kind,
+        "finite": bool(torch.isfinite(out).all() and torch.isfinite(lse).all()),
+        "max_ulps_vs_model": float(bf16_ulps(out_b, model_out).max()),
+        "rel_rms_vs_model": rel_rms(out_b, model_out),
+        "max_lse_diff_vs_model": float((lse - model_lse).abs().max()),
+        "max_lse_diff_vs_fp64": float((lse.double() - ref_lse).abs().max()), "lse_bound": lse_bound,
+        "rel_rms_vs_fp64": rel_rms(out_b, ref_out), "model_rel_rms_vs_fp64": rel_rms(model_out, ref_out),
+        "unpadded_equal": bool(torch.equal(raw_out, out) and torch.equal(raw_lse, lse)),
+    }
+    repeats = [call() for _ in range(2)]
+    result["deterministic"] = all(torch.equal(o, out) and torch.equal(l_, lse) for o, l_ in repeats)
+    result["ok"] = (result["finite"] and result["deterministic"] and result["unpadded_equal"]
+                    and result["rel_rms_vs_model"] <= FP8_MAX_MODEL_DISTANCE * result["model_rel_rms_vs_fp64"]
+                    and result["rel_rms_vs_fp64"] <= FP8_MAX_ERROR_VS_MODEL * result["model_rel_rms_vs_fp64"]
+                    and result["max_lse_diff_vs_model"] <= lse_bound)
+    return result
+
+
+def check_fp8_descales(kernel):
+    """The three descale forms (a float, a one-element tensor, (batch, heads_k)) give the same result when they
+    hold the same values, and per-(batch, kv head) values are applied to their own heads."""
+    shape = (2, 512, 4, 2, "bshd")
+    q, k, v, desc = fp8_inputs(shape, kernel.d_qk, kernel.d_v, "gaussian", seed=5)
+    full = {n: torch.full_like(t, 0.01) for n, t in desc.items()}
+    one = {n: torch.tensor([0.01], device="cuda") for n in desc}
+    plain = {n: 0.01 for n in desc}
+    runs = [zyfa.flash_attn_func(q, k, v, causal=True, **f) for f in (full, one, plain)]
+    same = all(torch.equal(r, runs[0]) for r in runs)
+    out = zyfa.flash_attn_func(q, k, v, causal=True, **desc)
+    model = numerics.attention(q, k, v, **desc, **model_kwargs(kernel))
+    return {"d_qk": kernel.d_qk, "forms_agree": same, "per_head_vs_model": rel_rms(out, model),
+            "ok": bool(same and rel_rms(out, model) < 0.05)}
+
+
+def check_fp8_graph(kernel):
+    """An FP8 call (the V^T pre-pass, descales read on the device) captured in a CUDA graph replays correctly on new
+    inputs and new descale values."""
+    shape = (2, 1024, 8, 2, "bshd")
+    q, k, v, desc = fp8_inputs(shape, kernel.d_qk, kernel.d_v, "gaussian", seed=1)
+    zyfa.flash_attn_func(q, k, v, causal=True, **desc)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = zyfa.flash_attn_func(q, k, v, causal=True, **desc)
+    q2, k2, v2, desc2 = fp8_inputs(shape, kernel.d_qk, kernel.d_v, "activation_sink12", seed=2)
+    for t, t2 in ((q, q2), (k, k2), (v, v2)):
+        t.copy_(t2)
+    for name in desc:
+        desc[name].copy_(desc2[name])
+    graph.replay()
+    eager = zyfa.flash_attn_func(q, k, v, causal=True, **desc)
+    return {"d_qk": kernel.d_qk, "ok": bool(torch.equal(captured, eager))}
+
+
+def check_fp8_compile(kernel):
+    shape = (1, 1000, 4, 2, "bshd")
+    q, k, v, desc = fp8_inputs(shape, kernel.d_qk, kernel.d_v, "gaussian", seed=3)
+    compiled = torch.compile(lambda q, k, v, a, b, c: zyfa.flash_attn_func(q, k, v, causal=True, q_descale=a,
+                                                                           k_descale=b, v_descale=c), fullgraph=True)
+    args = (desc["q_descale"], desc["k_descale"], desc["v_descale"])
+    return {"d_qk": kernel.d_qk, "ok": bool(torch.equal(compiled(q, k, v, *args),
+                                                        zyfa.flash_attn_func(q, k, v, causal=True, **desc)))}
+
+
+def check_fp8_large():
+    """FP8 q over 4 GiB: the rows at the far end equal a run on a small copy of them."""
+    batch, seqlen, heads, heads_k, d = 4, 16384, 576, 8, 128
+    g = torch.Generator(device="cuda").manual_seed(4)
+    q = (torch.randn(batch, seqlen, heads, d, generator=g, device="cuda") * 4).to(torch.float8_e4m3fn)
+    k, v = ((torch.randn(batch, seqlen, heads_k, d, generator=g, device="cuda") * 4).to(torch.float8_e4m3fn)
+            for _ in range(2))
+    desc = {n: torch.full((batch, heads_k), 0.025, device="cuda") for n in ("q_descale", "k_descale", "v_descale")}
+    out = zyfa.flash_attn_func(q, k, v, causal=True, **desc)
+    b, h = batch - 1, slice(heads - 2 * (heads // heads_k), heads)
+    small = zyfa.flash_attn_func(q[b:, :, h].contiguous(), k[b:, :, -2:].contiguous(), v[b:, :, -2:].contiguous(),
+                                 causal=True, **{n: t[b:, -2:].contiguous() for n, t in desc.items()})
+    ok = bool(torch.equal(out[b:, :, h], small))
+    del q, k, v, out
+    return {"q_bytes": batch * seqlen * heads * d, "dtype": "fp8e4m3", "ok": ok}
+
+
+def check_bf16_tails():
+    """BF16 kernels that mask their last tiles, unpadded, equal their padded run (the rows past seqlen are cut)."""
+    results = []
+    for kernel in zyfa_kernels.manifest().kernels:
+        if kernel.target != "sm90a" or kernel.dtype != "bf16" or not kernel.fields.get("masks_tail"):
+            continue
+        for batch, seqlen, heads, heads_k, layout in ((1, 1000, 4, 2, "bshd"), (2, 777, 4, 4, "bhsd")):
+            q, k, v = inputs(batch, seqlen, heads, heads_k, kernel.d_qk, kernel.d_v, layout, seed=7)
+            raw = sm90a.run(kernel, q, k, v, q.shape[-1] ** -0.5, layout)
+            padded = run_kernel(kernel, q, k, v, layout)
+            results.append({"kernel": kernel.name, "seqlen": seqlen,
+                            "ok": bool(torch.equal(raw[0], padded[0]) and torch.equal(raw[1], padded[1]))})
+    return results
+
+
+def print_fp8(report) -> int:
+    failures = 0
+    for r in report.get("fp8", []):
+        failures += not r["ok"]
+        print(f"fp8 {r['kernel']} {r['shape']} {r['inputs']}: vs fp64 {r['rel_rms_vs_fp64']:.3e} (model "
+              f"{r['model_rel_rms_vs_fp64']:.3e}), vs model {r['rel_rms_vs_model']:.2e}, ulps "
+              f"{r['max_ulps_vs_model']:.0f}, lse vs model {r['max_lse_diff_vs_model']:.1e} "
+              f"(bound {r['lse_bound']:.1e}), "
+              f"det {r['deterministic']:d} unpadded {r['unpadded_equal']:d} ok {r['ok']:d}")
+    return failures
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="out")
@@ -205,7 +371,16 @@ def main() -> int:
     else:
         limit = None if args.small else CALL_LIMIT_S
         report["accuracy"] = [check_shape(s, dq, dv, limit_s=limit) for dq, dv in HEAD_DIMS for s in shapes]
+    if not args.variants:
+        fp8_shapes = FP8_SMALL_SHAPES if args.small else FP8_SHAPES
+        limit = None if args.small else CALL_LIMIT_S
+        report["fp8"] = [check_fp8(kern, s, kind, limit_s=limit) for kern in fp8_kernels() for s in fp8_shapes
+                         for kind in (FP8_INPUTS if not args.small else ("gaussian",))]
     if not args.small and not args.variants:
+        report["fp8_items"] = ([check_fp8_descales(kern) for kern in fp8_kernels()]
+                               + [check_fp8_graph(kern) for kern in fp8_kernels()]
+                               + [check_fp8_compile(kern) for kern in fp8_kernels()] + [check_fp8_large()])
+        report["tails"] = check_bf16_tails()
         # Wider scores make the lazy rescaling fire on many tiles.
         report["accuracy"] += [check_shape(WIDE_SHAPE, dq, dv, scale_inputs=20.0) for dq, dv in HEAD_DIMS]
         report["graph"] = [check_graph(dq, dv) for dq, dv in HEAD_DIMS]
@@ -225,7 +400,8 @@ def main() -> int:
               f"{100 * r['frac_differing_vs_model']:>6.3f} {r['max_lse_diff_vs_model']:>8.1e} "
               f"{r['rel_rms_vs_fp64']:>8.2e} {r['model_rel_rms_vs_fp64']:>8.2e} {r['deterministic']:d}   "
               f"{r['schedules_agree']:d}   {r['ok']:d} {r.get('kernel', '')} rms-vs-model {r['rel_rms_vs_model']:.1e}")
-    failures += print_items(report)
+    failures += print_items(report, ("graph", "compile", "large", "fp8_items", "tails"))
+    failures += print_fp8(report)
     print(f"gpu_check: {failures} failure(s) in {report['seconds']:.0f} s")
     return 1 if failures else 0
 

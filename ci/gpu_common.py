@@ -33,6 +33,14 @@ def add_protocol_arguments(ap, seqlens=PROTOCOL_SEQLENS) -> None:
     ap.add_argument("--error-max-seqlen", type=int, default=8192, help="longest S whose error is measured")
 
 
+def model_kwargs(kernel) -> dict:
+    """zyfa.numerics.attention's keywords for the numerics a kernel's manifest entry declares."""
+    f = kernel.fields
+    return {"p_mode": f["p_mode"], "p_shift": f.get("p_shift", 0), "rowsum": f.get("rowsum"),
+            "rescale_threshold": f["rescale_threshold"], "key_tile": f["tile_n"],
+            "block_scale": f["scale_block"] is not None, "scale_block": f["scale_block"] or f["tile_n"]}
+
+
 def print_items(report: dict, keys=("graph", "compile", "large")) -> int:
     """Print the GPU checks' whole-call items (CUDA/HIP graphs, torch.compile, large tensors); their failures."""
     failures = 0

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..cuda_tools import nvcc
 
 SOURCE_DIR = Path(__file__).resolve().parent
-SOURCE = SOURCE_DIR / "attention_fwd.cu"
+SOURCES = {"bf16": "attention_fwd.cu", "fp8e4m3": "attention_fwd_fp8.cu"}  # one kernel source per element type
 
 ARCH_FLAGS = ("-gencode", "arch=compute_90a,code=sm_90a")
 # -cubin with no debug or line information: the object does not depend on where the tree lives.
@@ -70,6 +70,12 @@ def _with_offsets(params: list[dict]) -> list[dict]:
 
 
 ARGS = _with_offsets(_PARAMS)
+# FP8: the third tensor map is V^T (batch, heads_k, d_v, keys; keys permuted within each 16, see
+# attention_fwd_fp8.cu's pack_p), and the descales are device pointers to float32 (batch, heads_k) tensors.
+_FP8_PARAMS = [*_PARAMS[:2], {"name": "vt", "type": "tmap"}, *_PARAMS[3:6],
+               {"name": "q_descale", "type": "ptr"}, {"name": "k_descale", "type": "ptr"},
+               {"name": "v_descale", "type": "ptr"}, *_PARAMS[6:]]
+FP8_ARGS = _with_offsets(_FP8_PARAMS)
 
 
 # Shared memory every sm_90 CTA reserves for the system; cuobjdump reports it as the kernel's static shared memory.
@@ -88,10 +94,15 @@ def dynamic_shared_bytes(d_qk: int, d_v: int, stages: int = STAGES, q_stages: in
 # Consumer schedules: "pingpong" (the two consumer warpgroups alternate issuing their GEMMs) measured faster up to
 # S = 8K on the H200, "independent" (each issues as soon as its inputs are ready) from S = 16K on (docs/sm90a.md).
 SCHEDULES = ("pingpong", "independent")
-# The sequence length from which the independent kernels serve (measured on the H200, docs/sm90a.md: at 4K they led
-# at both head dims, by 0.5-4%); the manifest's [seqlen_min, seqlen_max) of each schedule, read by the dispatch.
+# The sequence length from which the independent consumers serve (measured crossover, docs/sm90a.md): the
+# entries' seqlen_min / seqlen_max, which dispatch reads.
 INDEPENDENT_FROM_SEQLEN = 4096
-SEQLENS = {"pingpong": (None, INDEPENDENT_FROM_SEQLEN), "independent": (INDEPENDENT_FROM_SEQLEN, None)}
+
+
+def _seqlen_range(schedule: str) -> dict:
+    if schedule == "pingpong":
+        return {"seqlen_min": None, "seqlen_max": INDEPENDENT_FROM_SEQLEN}
+    return {"seqlen_min": INDEPENDENT_FROM_SEQLEN, "seqlen_max": None}
 
 
 def _kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
@@ -118,16 +129,102 @@ def _kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
         "stages": STAGES,
         "q_stages": Q_STAGES,
         "schedule": schedule,
-        "seqlen_min": SEQLENS[schedule][0],
-        "seqlen_max": SEQLENS[schedule][1],
-        "offset_bits": 64,  # TMA addresses the whole tensor
-        "masks_tail": False,  # seqlen is padded to the tiles
+        **_seqlen_range(schedule),
+        "offset_bits": 64,
+        "masks_tail": True,
         "args": ARGS,
     }
 
 
-KERNELS: list[dict] = [_kernel(d_qk, d_v, tau, schedule) for d_qk, d_v, tau in ((128, 128, 0.5), (192, 128, 8.0))
-                       for schedule in SCHEDULES]
+# ---- FP8 (e4m3): attention_fwd_fp8.cu --------------------------------------------------------------------------
+
+FP8_BOX_COLS = 128  # e4m3 columns per TMA box: 128 bytes, the 128-byte swizzle's width
+FP8_ONES_ROWS = 8  # rows of e4m3 ones after each V^T tile: the P V product's N = d_v + 8 gives the row sums
+FP8_STAGES = 2
+# Whether the FP8 kernels hold two sets of P fragments, so that a tile's P is packed under the running P V (1;
+# ptxas spills then), or pack it after the P V wait (0, the shipped kernels)
+FP8_DOUBLE_P = False
+
+
+# How the FP8 kernels' row sum l adds a tile's probabilities (ZYFA_ROWSUM): "ones" the ones columns of the P V
+# product (rowsum "rounded", but in the tensor core's truncating accumulator), "fp32" the unrounded FP32 p (rowsum
+# "fp32", FA3's way), "f16" the rounded P from the packed fragments, summed in f16x2 then FP32 (rowsum "rounded").
+FP8_ROWSUM_METHODS = {"ones": (0, "rounded"), "fp32": (1, "fp32"), "f16": (2, "rounded")}
+# Measured on the H200 (docs/sm90a.md, "FP8"): "ones" loses the small probabilities of a tile whose P spans more than
+# the accumulator's 13 bits (an attention sink): 1.4-2.7x the model's error on activation-like inputs; "fp32" is
+# back at FA3's error on Gaussian inputs (1.15x ours); "f16" matches the model within 2% on all of them.
+FP8_ROWSUM_METHOD = "f16"
+# Whether a tile's softmax runs under the same consumer's P V of the previous tile (ZYFA_OVERLAP 1) or after both
+# GEMMs, with the other consumer's GEMMs under it (0): 0 measured 3-9% faster on the H200.
+FP8_OVERLAP = False
+
+
+def fp8_dynamic_shared_bytes(d_qk: int, d_v: int, stages: int = FP8_STAGES, ones: bool = True) -> int:
+    """Q (boxes of 128 columns: d_qk = 192 takes two, the second half zeros), `stages` K and V^T (+ ones) tiles,
+    mbarriers, alignment slack."""
+    qk_bytes = -(-d_qk // FP8_BOX_COLS) * TILE_M * FP8_BOX_COLS
+    vt_bytes = (d_v + FP8_ONES_ROWS * ones) * TILE_N
+    return qk_bytes + stages * (qk_bytes + vt_bytes) + (2 + 4 * stages) * BARRIER_BYTES + SWIZZLE_ALIGN
+
+
+# FP8 consumers issue independently at every length: the ping-pong form does not fit its registers (S 64, the
+# block accumulator 68, O 64, P 16 per thread; ptxas spills), see docs/sm90a.md.
+FP8_SCHEDULES = ("independent",)
+
+
+def _fp8_kernel(d_qk: int, d_v: int, schedule: str, stages: int = FP8_STAGES,
+                rowsum_method: str = FP8_ROWSUM_METHOD) -> dict:
+    dims = f"d{d_qk}" if d_qk == d_v else f"d{d_qk}_{d_v}"
+    name = f"sm90a_fwd_fp8_{dims}_{schedule}"
+    return {
+        "name": name,
+        "symbol": f"zyfa_{name}",
+        "file": f"{name}.cubin",
+        "dtype": "fp8e4m3",
+        "d_qk": d_qk,
+        "d_v": d_v,
+        "p_mode": "exact",
+        "p_mode_default": True,
+        "p_shift": 8,
+        "rowsum": FP8_ROWSUM_METHODS[rowsum_method][1],
+        "rowsum_method": rowsum_method,
+        "tile_m": TILE_M,
+        "tile_n": TILE_N,
+        "scale_block": None,
+        "rescale_threshold": 0.125,
+        "threads": THREADS,
+        "shared_bytes": fp8_dynamic_shared_bytes(d_qk, d_v, stages, rowsum_method == "ones") + RESERVED_SHARED,
+        "grid": "persistent",
+        "stages": stages,
+        "schedule": schedule,
+        "seqlen_min": None,  # the one schedule serves every length
+        "seqlen_max": None,
+        "offset_bits": 64,
+        "masks_tail": True,
+        "v_transposed": True,  # the third tensor map is V^T with keys permuted within each 16 (host pre-pass)
+        "args": FP8_ARGS,
+    }
+
+
+BF16_KERNELS: list[dict] = [_kernel(d_qk, d_v, tau, schedule)
+                            for d_qk, d_v, tau in ((128, 128, 0.5), (192, 128, 8.0)) for schedule in SCHEDULES]
+FP8_KERNELS: list[dict] = [_fp8_kernel(d_qk, 128, schedule) for d_qk in (128, 192) for schedule in FP8_SCHEDULES]
+KERNELS: list[dict] = BF16_KERNELS + FP8_KERNELS
+
+
+def fp8_defines(kernel: dict, *, double_p: bool = FP8_DOUBLE_P, overlap: bool = FP8_OVERLAP) -> list[str]:
+    """Preprocessor configuration of one FP8 kernel (double_p, overlap: see FP8_DOUBLE_P, FP8_OVERLAP)."""
+    return [
+        f"-DZYFA_KERNEL={kernel['symbol']}",
+        f"-DZYFA_D_QK={kernel['d_qk']}",
+        f"-DZYFA_D_V={kernel['d_v']}",
+        f"-DZYFA_STAGES={kernel['stages']}",
+        f"-DZYFA_DYNAMIC_SHARED_BYTES={kernel['shared_bytes'] - RESERVED_SHARED}",
+        f"-DZYFA_PINGPONG={int(kernel['schedule'] == 'pingpong')}",
+        f"-DZYFA_DOUBLE_P={int(double_p)}",
+        f"-DZYFA_OVERLAP={int(overlap)}",
+        f"-DZYFA_ROWSUM={FP8_ROWSUM_METHODS[kernel['rowsum_method']][0]}",
+    ]
 
 
 # Of the 16 groups of four scores a consumer thread holds per key tile, how many take their exponentials from the
@@ -206,9 +303,11 @@ def build(kernel: dict, path: Path, **variant) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for src in SOURCE_DIR.glob("*.cu*"):
             shutil.copy(src, Path(tmp) / src.name)
-        cmd = [nvcc(), *ARCH_FLAGS, *COMPILE_FLAGS, *defines(kernel, **variant), "-o", "kernel.cubin", SOURCE.name]
+        source = SOURCES[kernel["dtype"]]
+        config = fp8_defines(kernel, **variant) if kernel["dtype"] == "fp8e4m3" else defines(kernel, **variant)
+        cmd = [nvcc(), *ARCH_FLAGS, *COMPILE_FLAGS, *config, "-o", "kernel.cubin", source]
         result = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
-        if result.returncode != 0 or "warning" in result.stderr.lower():
+        if result.returncode != 0 or ("warning" in result.stderr.lower() and not os.environ.get("ZYFA_ALLOW_SPILLS")):
             raise RuntimeError(f"nvcc failed for {kernel['name']}:\n{result.stderr}")
         Path(path).write_bytes((Path(tmp) / "kernel.cubin").read_bytes())
 

@@ -8,6 +8,8 @@
 // The numerics follow the model of zyfa.numerics (p_mode "bf16"): key tiles in increasing order, a lazily rescaled
 // row maximum (rescale only when a tile's maximum exceeds it by more than TAU), p = 2^(x - m) in FP32, the row sum
 // of unrounded p, P = bf16(p), O += P V in FP32, O / l at the end (as O * (1/l)) and lse = ln2 (m + log2 l).
+// Any sequence length: TMA reads rows and keys past seqlen as zeros, causality removes keys past a row's own, and
+// rows past seqlen are not stored (masks_tail in the manifest).
 //
 // Compile-time configuration (set by asmgen/sm90a/__init__.py):
 //   ZYFA_KERNEL    kernel symbol          ZYFA_D_QK, ZYFA_D_V   head dims (multiples of 64; D_V = 128)
@@ -62,6 +64,7 @@
 //                  neutral
 
 #include "ptx.cuh"
+#include "tile.cuh"
 
 #include <math_constants.h>
 
@@ -127,32 +130,6 @@ struct Barriers {
   __device__ uint32_t v_empty(int s) const { return base + kRing + 24 + 32 * s; }
 };
 
-// A position in a ring of buffers (Q, or K/V): slot and the parity of the round the slot is in.
-template <int STAGES>
-struct RingPos {
-  int slot = 0;
-  uint32_t parity = 0;
-  __device__ void advance() {
-    if (++slot == STAGES) {
-      slot = 0;
-      parity ^= 1;
-    }
-  }
-};
-
-// A pair of query tiles, one tile (tile_lo == tile_hi), or nothing (tile_lo < 0: a slot that pads a CTA's share of
-// a balanced table, zyfa.jobs.balanced_jobs).
-struct Job {
-  int batch, head, tile_lo, tile_hi;
-  __device__ int num_tiles() const { return tile_lo < 0 ? 0 : tile_lo == tile_hi ? 1 : 2; }
-  __device__ int tile(int i) const { return i == 0 ? tile_lo : tile_hi; }
-};
-
-__device__ __forceinline__ Job load_job(const int* jobs, int index) {
-  const int4 j = reinterpret_cast<const int4*>(jobs)[index];
-  return {j.x, j.y, j.z, j.w};
-}
-
 struct Params {
   uint16_t* out;  // BF16 bits
   float* lse;
@@ -210,22 +187,6 @@ __device__ void produce(const TensorMap* tq, const TensorMap* tk, const TensorMa
 
 // ---- consumer -----------------------------------------------------------------------------------------------------
 
-// Per-thread view of a 64x128 wgmma accumulator: warp w of the warpgroup holds rows 16w..16w+15; lane l holds rows
-// r = 16w + l/4 and r + 8 ("half" 0 and 1), columns 8i + 2(l%4) + {0,1} in registers 4i + 2*half + {0,1}.
-__device__ __forceinline__ int acc_col(int reg, int lane) { return 8 * (reg / 4) + 2 * (lane % 4) + (reg % 2); }
-__device__ __forceinline__ int acc_half(int reg) { return (reg / 2) % 2; }
-
-// Maximum over the quad of lanes that share a row.
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
-}
-
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffff, x, 1);
-  return x + __shfl_xor_sync(0xffffffff, x, 2);
-}
-
 template <bool PINGPONG>
 struct PingPong {
   uint32_t mine, other;
@@ -254,19 +215,6 @@ constexpr int kScoreGroups = 16;  // a thread's 64 scores of a tile as groups of
 template <int POLY_GROUPS>
 __device__ __forceinline__ constexpr bool poly_group(int g) {
   return (g * POLY_GROUPS) % kScoreGroups < POLY_GROUPS;
-}
-
-// This lane's partial maxima of its two rows over a tile's scores, as four independent chains per row (a short
-// dependency chain; max is exact in any order).
-__device__ __forceinline__ void partial_maxima(const float (&s)[64], float (&local)[2]) {
-  constexpr int kChains = 4;
-  float mx[2][kChains];
-#pragma unroll
-  for (int c = 0; c < kChains; ++c) mx[0][c] = mx[1][c] = -CUDART_INF_F;
-#pragma unroll
-  for (int r = 0; r < 64; ++r) mx[acc_half(r)][(r / 4) % kChains] = fmaxf(mx[acc_half(r)][(r / 4) % kChains], s[r]);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) local[h] = fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]));
 }
 
 // Scores of one key tile -> probabilities in place; returns per-row factors for O (1 where m did not move).
@@ -396,12 +344,6 @@ __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pf)[32
   }
 }
 
-__device__ __forceinline__ void mask_diagonal(float (&s)[64], int row0, int lane) {
-#pragma unroll
-  for (int r = 0; r < 64; ++r)
-    if (acc_col(r, lane) > row0 + 8 * acc_half(r)) s[r] = -CUDART_INF_F;
-}
-
 // ZYFA_CROSS_TILE: the query tile this CTA computes after tile `i` of `job` (at row `index` of the table), or -1.
 __device__ __forceinline__ int next_tile(const Params& p, const Job& job, int index, int i) {
   if (i + 1 < job.num_tiles()) return job.tile(i + 1);
@@ -457,6 +399,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
     for (int h = 0; h < 2; ++h) {
       const float inv_l = 1.0f / quad_sum(rows.l[h]);  // one division per row; O * (1/l) is within an FP32 ulp
       const int q = row + 8 * h;
+      if (q >= p.seqlen) continue;  // the last tile's rows past seqlen (TMA read them as zeros) are not stored
       uint16_t* out = p.out + job.batch * p.out_stride_b + q * p.out_stride_s + job.head * p.out_stride_h;
 #pragma unroll
       for (int i = 0; i < 16; ++i) {

@@ -192,6 +192,57 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs_bt(float (&d)[64], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1u));
 }
 
+// ---- FP8 (e4m3) wgmma ------------------------------------------------------------------------------------------
+
+#define ZYFA_ACC68 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "  \
+  "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}"
+
+// D(64x128, f32) (+)= A(64x32) * B(32x128), e4m3 operands in shared memory, both K-major (FP8 wgmma has no other).
+__device__ __forceinline__ void wgmma_m64n128k32_ss_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                         uint32_t accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred acc;\n"
+      "setp.ne.b32 acc, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ZYFA_ACC64 ", %64, %65, acc, 1, 1;\n"
+      "}\n"
+      : ZYFA_ACC64_OPS(d)
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// D(64x136, f32) (+)= A(64x32, e4m3 registers) * B(32x136, e4m3 shared memory, K-major).
+__device__ __forceinline__ void wgmma_m64n136k32_rs_e4m3(float (&d)[68], const uint32_t (&a)[4], uint64_t desc_b,
+                                                         uint32_t accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred acc;\n"
+      "setp.ne.b32 acc, %73, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 " ZYFA_ACC68 ", {%68, %69, %70, %71}, %72, acc, 1, 1;\n"
+      "}\n"
+      : ZYFA_ACC64_OPS(d), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
+// D(64x128, f32) (+)= A(64x32, e4m3 registers) * B(32x128, e4m3 shared memory, K-major).
+__device__ __forceinline__ void wgmma_m64n128k32_rs_e4m3(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                                         uint32_t accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred acc;\n"
+      "setp.ne.b32 acc, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ZYFA_ACC64 ", {%64, %65, %66, %67}, %68, acc, 1, 1;\n"
+      "}\n"
+      : ZYFA_ACC64_OPS(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy (wgmma, TMA) accesses.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // ---- arithmetic -------------------------------------------------------------------------------------------------
 
 __device__ __forceinline__ float ex2(float x) {
@@ -232,6 +283,53 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   // volatile: keeps the write of P fragments after the wait for the wgmma that still reads the previous ones
   asm volatile("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
+}
+
+// Four FP32 values to one register of four e4m3 bytes (b0 lowest), round to nearest even, saturating to +-448.
+__device__ __forceinline__ uint32_t pack_e4m3x4(float b0, float b1, float b2, float b3) {
+  uint32_t r;
+  asm volatile(
+      "{\n"
+      ".reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n"
+      "}\n"
+      : "=r"(r)
+      : "f"(b0), "f"(b1), "f"(b2), "f"(b3));
+  return r;
+}
+
+// The four e4m3 bytes of `x` as two f16x2 registers (exact: every e4m3 value is an f16 value); bytes 0, 1 in `lo`.
+__device__ __forceinline__ void unpack_e4m3x4(uint32_t x, uint32_t& lo, uint32_t& hi) {
+  asm("{\n"
+      ".reg .b16 a, b;\n"
+      "mov.b32 {a, b}, %2;\n"
+      "cvt.rn.f16x2.e4m3x2 %0, a;\n"
+      "cvt.rn.f16x2.e4m3x2 %1, b;\n"
+      "}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(x));
+}
+
+__device__ __forceinline__ uint32_t hadd2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
+// The sum of the two halves of an f16x2 register, in FP32.
+__device__ __forceinline__ float f16x2_sum(uint32_t x) {
+  float a, b;
+  asm("{\n"
+      ".reg .b16 l, h;\n"
+      "mov.b32 {l, h}, %2;\n"
+      "cvt.f32.f16 %0, l;\n"
+      "cvt.f32.f16 %1, h;\n"
+      "}\n"
+      : "=f"(a), "=f"(b)
+      : "r"(x));
+  return a + b;
 }
 
 }  // namespace zyfa

@@ -4,7 +4,7 @@ Every wait for S (`WARPGROUP.DEPBAR.LE gsb0, 0x1`, QK^T done while P V may still
 its P V wait (`gsb0, 0x0`). What lies between the two runs under P V; what follows the P V wait up to the next GEMM
 issue is exposed. A report row gives the instructions (NOPs left out) and exponentials (MUFU.EX2) under P V, where
 the barrier arrives stand among them (K slot and Q releases; in pinned kernels the K release that holds the softmax
-is the last), and the exposed instructions, counted in address order up to the next HGMMA or S wait. Steps in
+is the last), and the exposed instructions, counted in address order up to the next HGMMA/QGMMA or S wait. Steps in
 address order: the steady step, the diagonal step, then (cross-tile variants) the merged step, whose count runs on
 through the epilogue.
 """
@@ -23,6 +23,11 @@ _INSTRUCTION = re.compile(r"/\*[0-9a-f]{4}\*/\s+([^;]*);")
 LOCAL_MEMORY = re.compile(r"\b(LDL|STL)\b")
 S_WAIT = "WARPGROUP.DEPBAR.LE gsb0, 0x1"
 PV_WAIT = "WARPGROUP.DEPBAR.LE gsb0, 0x0"
+
+
+def _is_gemm(text: str) -> bool:
+    """A wgmma: HGMMA (BF16 operands) or QGMMA (FP8)."""
+    return "HGMMA" in text or "QGMMA" in text
 
 
 def instructions(cubin: Path) -> list[str]:
@@ -47,7 +52,7 @@ def steps(code: list[str]) -> list[Step]:
         end = next((i for i in range(start + 1, len(code)) if PV_WAIT in code[i]), len(code))
         body = [c for c in code[start + 1:end] if not c.startswith("NOP")]
         after = end + 1
-        while after < len(code) and "HGMMA" not in code[after] and S_WAIT not in code[after]:
+        while after < len(code) and not _is_gemm(code[after]) and S_WAIT not in code[after]:
             after += 1
         out.append(Step(
             under_pv=len(body),
@@ -59,12 +64,13 @@ def steps(code: list[str]) -> list[Step]:
 
 
 def report(cubins: list[Path]) -> str:
-    rows = ["| cubin | HGMMA | MUFU.EX2 | local memory ops | step | under P V (MUFU.EX2) | arrives at | exposed |",
+    rows = ["| cubin | wgmma | MUFU.EX2 | local memory ops | step | under P V (MUFU.EX2) | arrives at | exposed |",
             "|---|---|---|---|---|---|---|---|"]
     for cubin in cubins:
         code = instructions(cubin)
         local = sum(bool(LOCAL_MEMORY.search(c)) for c in code)
-        totals = f"{sum('HGMMA' in c for c in code)} | {sum('MUFU.EX2' in c for c in code)} | {local}"
+        gemms, exponentials = sum(map(_is_gemm, code)), sum("MUFU.EX2" in c for c in code)
+        totals = f"{gemms} | {exponentials} | {local}"
         for index, step in enumerate(steps(code)):
             head = f"| {cubin.stem} | {totals}" if index == 0 else "| | | |"
             rows.append(f"{head} | {index + 1} | {step.under_pv} ({step.exponentials}) | "

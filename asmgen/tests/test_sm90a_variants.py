@@ -99,7 +99,7 @@ def test_cross_tile_adds_one_merged_step_with_the_softmax_under_p_v(prepared):
 
 
 def test_report_shows_the_pinned_softmax_of_the_shipped_kernels():
-    for entry in sm90a.KERNELS:
+    for entry in sm90a.BF16_KERNELS:
         steady, diagonal = sass.steps(sass.instructions(sass.OBJECTS / entry["file"]))
         if entry["schedule"] in sm90a.PINNED_SCHEDULES:
             # all exponentials under P V, held there by the K release just before the wait
@@ -110,7 +110,7 @@ def test_report_shows_the_pinned_softmax_of_the_shipped_kernels():
 
 
 def test_shipped_kernels_take_the_measured_choices():
-    for entry in sm90a.KERNELS:
+    for entry in sm90a.BF16_KERNELS:
         flags = sm90a.defines(entry)
         pinned = entry["schedule"] in sm90a.PINNED_SCHEDULES
         assert f"-DZYFA_PIN_SOFTMAX={int(pinned)}" in flags and f"-DZYFA_DESC_ADD={int(pinned)}" in flags
@@ -122,7 +122,8 @@ def test_shipped_kernels_take_the_measured_choices():
 
 def test_vote_skips_the_quad_reductions_behind_a_warp_vote(prepared):
     folder, kernels = prepared
-    voting = [sass.OBJECTS / e["file"] for e in sm90a.KERNELS if (e["d_qk"], e["schedule"]) in sm90a.VOTE_MAX_KERNELS]
+    voting = [sass.OBJECTS / e["file"] for e in sm90a.BF16_KERNELS
+              if (e["d_qk"], e["schedule"]) in sm90a.VOTE_MAX_KERNELS]
     for path in voting + [folder / k["file"] for k in by_suffix(kernels, "vote")]:
         code = sass.instructions(path)
         step = next(i for i, c in enumerate(code) if sass.S_WAIT in c)

@@ -25,10 +25,10 @@ from . import dispatch
 from .device import Operand, loader
 
 TARGET = "sm90a"
-TMA_BOX_COLS = 64  # BF16 columns per TMA box: 128 bytes, the widest the 128-byte swizzle allows
+TMA_BOX_BYTES = 128  # bytes per row of a TMA box: the widest the 128-byte swizzle allows (64 BF16, 128 e4m3)
 TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned global addresses and strides
 SWIZZLE = 128  # bytes: the 128-byte swizzle the kernels' shared-memory layout assumes
-MAPS = ("q", "k", "v")  # the operands read through tensor maps
+VT_KEY_GROUP = 16  # FP8 V^T: keys permuted within groups of 16 (attention_fwd_fp8.cu, pack_p)
 # Per-call pointer arguments: fresh outputs each call, descales (FP8) wherever the caller keeps them.
 POINTERS = ("out", "lse", "q_descale", "k_descale", "v_descale")
 
@@ -53,17 +53,42 @@ class Plan:
     args: dict[str, int | float]  # the other kernel arguments
 
 
-def tensor_map_spec(name: str, x: Operand, dtype: str, rows: int) -> TensorMapSpec:
+def tensor_map_spec(name: str, x: Operand, dtype: str, rows: int, box_cols: int | None = None) -> TensorMapSpec:
+    """A 4-d map of x's (dim, seqlen, heads, batch) in boxes of `rows` by 128 bytes (box_cols elements); a dim
+    that is not a multiple of the box reads its last box's columns past the end as zeros."""
     b, s, h, d = x.shape
+    box_cols = box_cols or TMA_BOX_BYTES // x.element_bytes
     if x.strides[3] != 1:
         raise ValueError(f"sm90a: {name} must have a contiguous last dimension (stride {x.strides[3]})")
-    if d % TMA_BOX_COLS:
-        raise ValueError(f"sm90a: {name} head dim {d} must be a multiple of {TMA_BOX_COLS}")
+    if d % 64:
+        raise ValueError(f"sm90a: {name} head dim {d} must be a multiple of 64")
     strides_bytes = tuple(st * x.element_bytes for st in (x.strides[1], x.strides[2], x.strides[0]))
     if not readable(x.ptr, strides_bytes):
         raise ValueError(f"sm90a: {name} address and strides must be multiples of {TMA_ALIGN} bytes "
                          f"(address {x.ptr:#x}, strides {strides_bytes})")
-    return TensorMapSpec(dtype, x.ptr, (d, s, h, b), strides_bytes, (TMA_BOX_COLS, rows, 1, 1))
+    return TensorMapSpec(dtype, x.ptr, (d, s, h, b), strides_bytes, (box_cols, rows, 1, 1))
+
+
+def vt_map_spec(vt: torch.Tensor, kernel) -> TensorMapSpec:
+    """V^T (batch, heads_k, d_v, keys) in boxes of 128 keys by d_v rows."""
+    b, h, d, s = vt.shape
+    strides_bytes = (vt.stride(2), vt.stride(1), vt.stride(0))  # one byte per element
+    return TensorMapSpec(kernel.dtype, vt.data_ptr(), (s, d, h, b), strides_bytes, (kernel.tile_n, d, 1, 1))
+
+
+def transposed_v(v: torch.Tensor, layout: str) -> torch.Tensor:
+    """FP8 V as the kernels read it: (batch, heads_k, d_v, keys), keys contiguous, zero-padded to a multiple of 16
+    and permuted within each 16 (position 4t + 2a + b holds key 8a + 2t + b: the P operand's order, so that the
+    kernel's P needs no exchange between lanes). One pass over V, on the current stream (graph-safe)."""
+    vb = v if layout == "bshd" else v.transpose(1, 2)  # (batch, seqlen, heads_k, d_v)
+    batch, seqlen, heads_k, d_v = vb.shape
+    pad = -seqlen % VT_KEY_GROUP
+    if pad:
+        vb = torch.nn.functional.pad(vb.view(torch.uint8), (0, 0, 0, 0, 0, pad)).view(v.dtype)
+    groups = (seqlen + pad) // VT_KEY_GROUP
+    # keys 16 g + 8 a + 2 t + b -> (g, a, t, b) -> positions (g, t, a, b)
+    return (vb.reshape(batch, groups, 2, 4, 2, heads_k, d_v).permute(0, 5, 6, 1, 3, 2, 4)
+            .reshape(batch, heads_k, d_v, seqlen + pad))
 
 
 def readable(address: int, strides_bytes) -> bool:
@@ -72,20 +97,31 @@ def readable(address: int, strides_bytes) -> bool:
 
 
 def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int, jobs_ptr: int, num_jobs: int,
-         grid: int, softmax_scale: float) -> Plan:
-    """Kernel arguments for one call. q, k, v, out are (batch, seqlen, heads, dim) views; seqlen is padded."""
+         grid: int, softmax_scale: float, *, vt: torch.Tensor | None = None,
+         descales: tuple[int, int, int] | None = None) -> Plan:
+    """Kernel arguments for one call. q, k, v, out are (batch, seqlen, heads, dim) views; seqlen is padded to the
+    tiles unless the kernel masks its last tiles itself (masks_tail). FP8 kernels take V^T (transposed_v) and the
+    device addresses of the (batch, heads_k) float32 descales of q, k and v instead of v."""
     batch, seqlen, heads, _ = q.shape
     heads_k = k.shape[2]
-    if seqlen % kernel.tile_m or seqlen % kernel.tile_n:
+    if not kernel.fields.get("masks_tail") and (seqlen % kernel.tile_m or seqlen % kernel.tile_n):
         raise ValueError(f"sm90a: seqlen {seqlen} must be a multiple of the tiles ({kernel.tile_m}, {kernel.tile_n})")
     if heads % heads_k:
         raise ValueError(f"sm90a: heads {heads} must be a multiple of heads_k {heads_k}")
     maps = {
         "q": tensor_map_spec("q", q, kernel.dtype, kernel.tile_m),
         "k": tensor_map_spec("k", k, kernel.dtype, kernel.tile_n),
-        "v": tensor_map_spec("v", v, kernel.dtype, kernel.tile_n),
     }
+    extra = {}
+    if kernel.fields.get("v_transposed"):
+        if vt is None or descales is None:
+            raise ValueError(f"sm90a: {kernel.name} takes V^T and the descales")
+        maps["vt"] = vt_map_spec(vt, kernel)
+        extra = dict(zip(("q_descale", "k_descale", "v_descale"), descales, strict=True))
+    else:
+        maps["v"] = tensor_map_spec("v", v, kernel.dtype, kernel.tile_n)
     args = {
+        **extra,
         "out": out.ptr,
         "lse": lse_ptr,
         "jobs": jobs_ptr,
@@ -127,17 +163,17 @@ def launch(p: Plan, device: int, stream: int) -> None:
 
 
 def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layout: str, p_mode: str | None = None):
-    """Interface of every backend: inputs in `layout` -> (out BF16 contiguous in `layout`, lse float32)."""
+    """Interface of every backend: inputs in `layout` -> (out BF16 contiguous in `layout`, lse float32). FP8
+    descales are contiguous float32 (batch, heads_k) tensors on the device (checks.descales), BF16's None."""
+    descales = (q_descale, k_descale, v_descale)
     key = (q.dtype, p_mode, layout, softmax_scale, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(),
            q.get_device())
     prepared = _prepared.get(key)  # the call's kernel and launch, after the first call of its kind
     if prepared is not None and not (q.data_ptr() | k.data_ptr() | v.data_ptr()) % TMA_ALIGN:
-        return prepared.run(q, k, v)
+        return prepared.run(q, k, v, descales)
     seqlen = q.shape[1] if layout == "bshd" else q.shape[2]
     kernel = find_kernel(q.dtype, q.shape[-1], v.shape[-1], seqlen, p_mode)
-    if q_descale is not None:
-        raise ValueError(f"sm90a: kernel {kernel.name} takes no descales: FP8 inputs need an FP8 kernel")
-    return _first_run(key, kernel, q, k, v, softmax_scale, layout, True)
+    return _first_run(key, kernel, q, k, v, softmax_scale, layout, True, descales, None)
 
 
 def host_job_table(batch: int, heads: int, num_tiles: int, grid: int, balanced: bool = True):
@@ -159,22 +195,25 @@ def _tma_view(t: torch.Tensor) -> torch.Tensor:
 _prepared = dev.LRU(dev.PREPARED, lambda prepared: dev.release(prepared.table))  # bounded
 
 
-def run(kernel, q, k, v, softmax_scale: float, layout: str, *, balanced: bool = True):
+def run(kernel, q, k, v, softmax_scale: float, layout: str, *, balanced: bool = True, descales=(None, None, None),
+        vt=None):
     """One launch of `kernel` (a manifest entry; the benchmark also passes variants) on the current stream, on
     q, k, v of any length and strides: padded to the tiles unless the kernel masks its last tile, copied where TMA
-    cannot read them. balanced=False walks the plain paired table (for the benchmark's comparison).
+    cannot read them. balanced=False walks the plain paired table (for the benchmark's comparison). FP8 kernels
+    (v_transposed) also take the float32 (batch, heads_k) descales and read V^T: transposed_v(v, layout), made
+    here unless given (the benchmark's kernel-only timing passes it).
 
     A call whose shapes, strides and scale were seen before with aligned addresses reuses that call's prepared
-    launch: then only the outputs are allocated and the pointers filled in."""
+    launch: then only the outputs (and V^T) are allocated and the pointers filled in."""
     key = (kernel, balanced, layout, softmax_scale, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(),
            q.get_device())
     prepared = _prepared.get(key)
     if prepared is None or (q.data_ptr() | k.data_ptr() | v.data_ptr()) % TMA_ALIGN:
-        return _first_run(key, kernel, q, k, v, softmax_scale, layout, balanced)
-    return prepared.run(q, k, v)
+        return _first_run(key, kernel, q, k, v, softmax_scale, layout, balanced, descales, vt)
+    return prepared.run(q, k, v, descales, vt)
 
 
-def _first_run(key, kernel, q, k, v, softmax_scale, layout, balanced):
+def _first_run(key, kernel, q, k, v, softmax_scale, layout, balanced, descales, vt):
     """run() without a prepared launch (or with misaligned addresses): prepare, cache and run."""
     seq_dim = 1 if layout == "bshd" else 2
     seqlen = q.shape[seq_dim]
@@ -184,10 +223,10 @@ def _first_run(key, kernel, q, k, v, softmax_scale, layout, balanced):
         length = -(-seqlen // tile) * tile
     copies = tuple(_tma_view(t) is not t for t in (q, k, v))
     prepared = _Prepared.make(kernel, *(_operand_view(t, seq_dim, length) for t in (q, k, v)), softmax_scale,
-                              layout, balanced, seq_dim, seqlen, length, copies)
+                              layout, balanced, seq_dim, seqlen, length, copies, descales)
     if not (q.data_ptr() | k.data_ptr() | v.data_ptr()) % TMA_ALIGN:
         _prepared.put(key, prepared)
-    return prepared.run(q, k, v)
+    return prepared.run(q, k, v, descales, vt)
 
 
 def _operand_view(t: torch.Tensor, seq_dim: int, length: int) -> torch.Tensor:
@@ -197,14 +236,23 @@ def _operand_view(t: torch.Tensor, seq_dim: int, length: int) -> torch.Tensor:
     return _tma_view(t)
 
 
+def _descale_pointers(kernel, descales) -> tuple[int, int, int] | None:
+    if not kernel.fields.get("v_transposed"):
+        return None
+    if any(d is None for d in descales):
+        raise ValueError(f"sm90a: {kernel.name} takes q_descale, k_descale and v_descale (FP8 inputs)")
+    return tuple(d.data_ptr() for d in descales)
+
+
 class _Prepared(dev.Prepared):
     """A prepared sm90a launch: also each operand's tensor map template and what each call copies (padding to
-    `length` rows, or a contiguous copy of a view TMA cannot read)."""
+    `length` rows, or a contiguous copy of a view TMA cannot read; V^T for FP8)."""
 
-    __slots__ = ("_maps", "_seq_dim", "_seqlen", "_length", "_copies", "_layout", "_heads", "_d_v")
+    __slots__ = ("_maps", "_seq_dim", "_seqlen", "_length", "_copies", "_layout", "_heads", "_d_v", "_fp8")
 
     @classmethod
-    def make(cls, kernel, q, k, v, softmax_scale, layout, balanced, seq_dim, seqlen, length, copies) -> _Prepared:
+    def make(cls, kernel, q, k, v, softmax_scale, layout, balanced, seq_dim, seqlen, length, copies,
+             descales) -> _Prepared:
         """Plan the launch for operands q, k, v as the kernel reads them (copied or padded already)."""
         device = dev.device_index(q)
         qo, ko, vo = (Operand.of(t, layout) for t in (q, k, v))
@@ -213,13 +261,15 @@ class _Prepared(dev.Prepared):
         table = dev.job_table(host_job_table, *build_args, device=device)
         out, lse = dev.outputs(q, batch, length, heads, kernel.d_v, layout)
         rounds, grid, _ = table.device.shape
+        pointers = _descale_pointers(kernel, descales)
+        fp8 = {} if pointers is None else {"vt": transposed_v(v, layout), "descales": pointers}
         p = plan(kernel, qo, ko, vo, Operand.of(out, layout), lse.data_ptr(), table.device.data_ptr(),
-                 rounds * grid, grid, softmax_scale)
+                 rounds * grid, grid, softmax_scale, **fp8)
         self = cls(loader().launcher(kernel, device, p.grid), p, table, p.args,
-                   [n for n in POINTERS if n in p.args] + list(MAPS))
+                   [n for n in POINTERS if n in p.args] + list(p.tensor_maps))
         self._maps = {name: (spec, encode(spec)) for name, spec in p.tensor_maps.items()}
         self._seq_dim, self._seqlen, self._length, self._copies = seq_dim, seqlen, length, copies
-        self._layout, self._heads, self._d_v = layout, heads, kernel.d_v
+        self._layout, self._heads, self._d_v, self._fp8 = layout, heads, kernel.d_v, pointers is not None
         return self
 
     def map(self, name: str, address: int) -> bytes:
@@ -229,7 +279,7 @@ class _Prepared(dev.Prepared):
             return encoded
         return encode(dataclasses.replace(spec, address=address))
 
-    def run(self, q, k, v):
+    def run(self, q, k, v, descales=(None, None, None), vt=None):
         if self._length != self._seqlen:
             q, k, v = (dev.padded(t, self._seq_dim, self._length) for t in (q, k, v))
         elif True in self._copies:
@@ -238,8 +288,15 @@ class _Prepared(dev.Prepared):
         stream = dev.current_stream(device)
         out, lse = dev.outputs(q, q.shape[0], self._length, self._heads, self._d_v, self._layout)
         self.table.used_on(stream)
-        self.launch(stream, (out.data_ptr(), lse.data_ptr(), self.map("q", q.data_ptr()), self.map("k", k.data_ptr()),
-                             self.map("v", v.data_ptr())))
+        if self._fp8:
+            vt = transposed_v(v, self._layout) if vt is None else vt
+            qd, kd, vd = (d.data_ptr() for d in descales)
+            per_call = (out.data_ptr(), lse.data_ptr(), qd, kd, vd, self.map("q", q.data_ptr()),
+                        self.map("k", k.data_ptr()), self.map("vt", vt.data_ptr()))
+        else:
+            per_call = (out.data_ptr(), lse.data_ptr(), self.map("q", q.data_ptr()), self.map("k", k.data_ptr()),
+                        self.map("v", v.data_ptr()))
+        self.launch(stream, per_call)
         if self._length != self._seqlen:
             out = out.narrow(self._seq_dim, 0, self._seqlen).contiguous()
             lse = lse[:, :, :self._seqlen].contiguous()

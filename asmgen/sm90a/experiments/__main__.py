@@ -1,0 +1,25 @@
+"""python -m asmgen.sm90a.experiments DIR [--only NAME ...]: build the FP8 measurement variants into DIR."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import VARIANTS, build_variants
+from . import __doc__ as doc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="python -m asmgen.sm90a.experiments", description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("--only", nargs="+", choices=list(VARIANTS))
+    args = ap.parse_args()
+    entries = build_variants(args.folder, args.only)
+    print(f"{len(entries)} variants in {args.folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

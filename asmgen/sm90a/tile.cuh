@@ -1,0 +1,74 @@
+// What the sm90a kernels (BF16 attention_fwd.cu, FP8 attention_fwd_fp8.cu) share: the job table's rows, positions
+// in a ring of shared-memory buffers, and the wgmma accumulator's layout with the row reductions and the causal mask
+// that work on it.
+#pragma once
+
+#include <math_constants.h>
+
+#include <cstdint>
+
+namespace zyfa {
+
+// A position in a ring of buffers (Q, or K/V): slot and the parity of the round the slot is in.
+template <int STAGES>
+struct RingPos {
+  int slot = 0;
+  uint32_t parity = 0;
+  __device__ void advance() {
+    if (++slot == STAGES) {
+      slot = 0;
+      parity ^= 1;
+    }
+  }
+};
+
+// A pair of query tiles, one tile (tile_lo == tile_hi), or nothing (tile_lo < 0: a slot that pads a CTA's share of
+// a balanced table, zyfa.jobs.balanced_jobs).
+struct Job {
+  int batch, head, tile_lo, tile_hi;
+  __device__ int num_tiles() const { return tile_lo < 0 ? 0 : tile_lo == tile_hi ? 1 : 2; }
+  __device__ int tile(int i) const { return i == 0 ? tile_lo : tile_hi; }
+};
+
+__device__ __forceinline__ Job load_job(const int* jobs, int index) {
+  const int4 j = reinterpret_cast<const int4*>(jobs)[index];
+  return {j.x, j.y, j.z, j.w};
+}
+
+// Per-thread view of a 64x128 wgmma accumulator: warp w of the warpgroup holds rows 16w..16w+15; lane l holds rows
+// r = 16w + l/4 and r + 8 ("half" 0 and 1), columns 8i + 2(l%4) + {0,1} in registers 4i + 2*half + {0,1}.
+__device__ __forceinline__ int acc_col(int reg, int lane) { return 8 * (reg / 4) + 2 * (lane % 4) + (reg % 2); }
+__device__ __forceinline__ int acc_half(int reg) { return (reg / 2) % 2; }
+
+// Maximum over the quad of lanes that share a row.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+// This lane's partial maxima of its two rows over a tile's scores, as four independent chains per row (a short
+// dependency chain; max is exact in any order).
+__device__ __forceinline__ void partial_maxima(const float (&s)[64], float (&local)[2]) {
+  constexpr int kChains = 4;
+  float mx[2][kChains];
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) mx[0][c] = mx[1][c] = -CUDART_INF_F;
+#pragma unroll
+  for (int r = 0; r < 64; ++r) mx[acc_half(r)][(r / 4) % kChains] = fmaxf(mx[acc_half(r)][(r / 4) % kChains], s[r]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) local[h] = fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]));
+}
+
+// The causal mask of the diagonal key tile: keys after the row are absent.
+__device__ __forceinline__ void mask_diagonal(float (&s)[64], int row0, int lane) {
+#pragma unroll
+  for (int r = 0; r < 64; ++r)
+    if (acc_col(r, lane) > row0 + 8 * acc_half(r)) s[r] = -CUDART_INF_F;
+}
+
+}  // namespace zyfa

@@ -1,0 +1,95 @@
+"""The sm90a FP8 kernels on CPU: the P fragments and the permuted V^T pair up keys as the P V product needs, the
+manifest entries carry the contract's numerics, and the plan passes V^T and the descales."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import zyfa_kernels
+from asmgen import sm90a as sources
+from zyfa.backends import sm90a
+
+
+def acc_col(reg: int, lane: int) -> int:  # attention_fwd_fp8.cu: accumulator register -> key column
+    return 8 * (reg // 4) + 2 * (lane % 4) + (reg % 2)
+
+
+def test_p_fragments_meet_the_permuted_v_transpose():
+    """Emulate pack_p's choice of accumulator registers for the e4m3 A operand and the wgmma k = 32 A layout (lane
+    l, register j: row half j % 2, columns 4 (l % 4) + 16 (j // 2) + byte), against V^T from transposed_v: the
+    product over the A columns is P V."""
+    rng = np.random.default_rng(0)
+    p = rng.random((16, 128))  # rows g (half 0) and g + 8 (half 1) of lanes 4g .. 4g + 3, here g = 0
+    v = rng.random((128, 16))
+    vt = sm90a.transposed_v(torch.from_numpy(v)[None, :, None, :], "bshd")[0, 0].numpy()  # (d, keys permuted)
+    out = np.zeros((2, 16))
+    for lane in range(4):
+        for k in range(4):  # k = 32 steps
+            for j in range(4):  # A registers
+                half = j % 2
+                first = 16 * k + 8 * (j // 2) + 2 * (j % 2)  # pack_p: registers first, +1, +4, +5
+                for byte, reg in enumerate((first, first + 1, first + 4, first + 5)):
+                    assert reg % 4 // 2 == half  # the accumulator register holds this row half
+                    a_col = 32 * k + 4 * (lane % 4) + 16 * (j // 2) + byte
+                    key = acc_col(reg, lane)
+                    out[half] += p[8 * half, key] * vt[:, a_col]
+    np.testing.assert_allclose(out, p[[0, 8]] @ v)
+
+
+def test_transposed_v_pads_keys_with_zeros():
+    v = torch.arange(2 * 20 * 3 * 64, dtype=torch.float32).reshape(2, 20, 3, 64).div(4000).to(torch.float8_e4m3fn)
+    vt = sm90a.transposed_v(v, "bshd")
+    assert vt.shape == (2, 3, 64, 32) and vt.is_contiguous()
+    keys = torch.arange(32).view(2, 2, 4, 2).permute(0, 2, 1, 3).reshape(32)  # position -> key
+    for pos, key in enumerate(keys.tolist()):
+        expect = v[:, key] if key < 20 else torch.zeros(2, 3, 64, dtype=v.dtype)  # keys past 20: zeros
+        assert torch.equal(vt[..., pos].contiguous().view(torch.uint8), expect.contiguous().view(torch.uint8))
+    bhsd = sm90a.transposed_v(v.transpose(1, 2).contiguous(), "bhsd")
+    assert torch.equal(bhsd.view(torch.uint8), vt.view(torch.uint8))
+
+
+@pytest.mark.parametrize("d_qk", [128, 192])
+def test_fp8_entries_carry_the_contract(d_qk):
+    k = sm90a.find_kernel(torch.float8_e4m3fn, d_qk, 128, 8192)
+    assert (k.p_mode, k.p_mode_default, k.p_shift, k.rowsum, k.rescale_threshold) == ("exact", True, 8, "rounded",
+                                                                                       0.125)
+    assert k.scale_block is None and k.masks_tail and k.v_transposed and k.offset_bits == 64
+    assert (k.tile_m, k.tile_n, k.seqlen_min, k.seqlen_max) == (128, 128, None, None)
+    assert k.resources["local_bytes"] == 0 and k.resources["stack_bytes"] == 0
+    assert [a["name"] for a in k.args][:9] == ["q", "k", "vt", "out", "lse", "jobs", "q_descale", "k_descale",
+                                               "v_descale"]
+
+
+def test_fp8_plan_passes_v_transpose_and_descales():
+    batch, seqlen, heads, heads_k, d = 2, 1000, 8, 2, 192
+    q = torch.empty(batch, seqlen, heads, d, dtype=torch.float8_e4m3fn)
+    k = torch.empty(batch, seqlen, heads_k, d, dtype=torch.float8_e4m3fn)
+    v = torch.empty(batch, seqlen, heads_k, 128, dtype=torch.float8_e4m3fn)
+    out = torch.empty(batch, seqlen, heads, 128, dtype=torch.bfloat16)
+    vt = sm90a.transposed_v(v, "bshd")
+    kern = sm90a.find_kernel(torch.float8_e4m3fn, d, 128, seqlen)
+    ops = [sm90a.Operand.of(t, "bshd") for t in (q, k, v, out)]
+    p = sm90a.plan(kern, *ops, lse_ptr=0x1000, jobs_ptr=0x2000, num_jobs=16, grid=132, softmax_scale=0.1, vt=vt,
+                   descales=(0x3000, 0x3100, 0x3200))
+    assert set(p.tensor_maps) == {"q", "k", "vt"}
+    assert p.tensor_maps["q"].box_dims == (128, 128, 1, 1)  # 128 e4m3 columns: d_qk = 192 reads two boxes
+    t = p.tensor_maps["vt"]
+    assert t.dims == (1008, 128, heads_k, batch) and t.strides_bytes == (1008, 128 * 1008, heads_k * 128 * 1008)
+    assert t.box_dims == (128, 128, 1, 1)
+    assert (p.args["q_descale"], p.args["k_descale"], p.args["v_descale"], p.args["seqlen"]) == (
+        0x3000, 0x3100, 0x3200, 1000)
+    with pytest.raises(ValueError, match="takes V\\^T and the descales"):
+        sm90a.plan(kern, *ops, 0x1000, 0x2000, 16, 132, 0.1)
+
+
+def test_fp8_kernels_have_their_own_source_and_layout():
+    for entry in sources.KERNELS:
+        if entry["dtype"] != "fp8e4m3":
+            continue
+        flags = sources.fp8_defines(entry)
+        assert f"-DZYFA_DYNAMIC_SHARED_BYTES={entry['shared_bytes'] - sources.RESERVED_SHARED}" in flags
+        assert sources.SOURCES[entry["dtype"]] == "attention_fwd_fp8.cu"
+        assert entry["shared_bytes"] <= sources.MAX_SHARED
+        assert zyfa_kernels.manifest().find("sm90a", name=entry["name"]).args == entry["args"]
