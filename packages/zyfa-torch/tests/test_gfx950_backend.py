@@ -94,11 +94,16 @@ def test_plan_refuses_mismatched_head_dims_and_strided_last_dim():
         gfx950.plan(kern, *ops, 0, (0, 0, 0), 0, 1, 0.1)
 
 
-def test_forward_refuses_bf16_and_missing_descales():
-    q = torch.zeros(1, 256, 2, 128, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="BF16 on gfx950 is planned"):
-        gfx950.forward(q, q, q, None, None, None, 0.1, "bshd")
-    q8 = q.to(FP8)
+def test_bf16_takes_the_hip_kernels_and_fp8_needs_descales():
+    assert gfx950.find_kernel(torch.bfloat16, 128, 128).name == "bf16_d128"
+    assert gfx950.find_kernel(torch.bfloat16, 192, 128).name == "bf16_d192"
+    # the BF16 kernels address each tensor from its base with 32-bit offsets; the FP8 ones each (batch, head) slice
+    assert gfx950.span_bytes("bf16", (2, 256, 4, 128), (131072, 512, 128, 1), 2) == 2 * (131072 + 255 * 512 + 3 * 128
+                                                                                        + 128)
+    assert gfx950.span_bytes("fp8e4m3", (2, 256, 4, 128), (131072, 512, 128, 1), 1) == 255 * 512 + 128
+    with pytest.raises(ValueError, match="more than the bf16 kernels at d_qk=128 address"):
+        gfx950.find_kernel(torch.bfloat16, 128, 128, 1, None, 2**32)
+    q8 = torch.zeros(1, 256, 2, 128, dtype=FP8)
     with pytest.raises(ValueError, match="q_descale is required"):
         gfx950.forward(q8, q8, q8, None, None, None, 0.1, "bshd")
     d = torch.ones(1, 2)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from zyfa import flash_attn_func
-from zyfa.checks import HEAD_DIMS
+from zyfa.backends import dispatch
 
 from .calibration import StaticScales
 from .quantize import Recipe, fp8_attention
@@ -76,10 +76,10 @@ def _why_not(module, query, key, attention_mask, dropout, is_causal, kwargs) -> 
 
 def _check_head_dims(query, value) -> None:
     dims = (query.shape[-1], value.shape[-1])
-    if dims not in HEAD_DIMS:
+    if dims not in dispatch.head_dims():
         raise ValueError(
             f"ZYFA attention: this model has head dims d_qk={dims[0]}, d_v={dims[1]}; ZYFA supports "
-            f"{' and '.join(f'd_qk={a}, d_v={b}' for a, b in HEAD_DIMS)}: load it with attn_implementation='sdpa'"
+            f"{dispatch.describe_head_dims()}: load it with attn_implementation='sdpa'"
         )
 
 

@@ -1,8 +1,8 @@
-"""gfx950 backend: causal FP8 forward attention on MI355X through zyfa-kernels' assembly code objects.
+"""gfx950 backend: causal forward attention on MI355X through zyfa-kernels' code objects (FP8: assembly, BF16: HIP C++).
 
 The call path never waits for the GPU: the chiplet-ordered job table of a shape is built on the host and copied to
 the device once (then cached), the descales stay on the device (the kernel reads them), and the kernel is launched
-on the current stream. BF16 inputs on gfx950 need the HIP C++ kernels, which are not built yet.
+on the current stream.
 
 `plan` is pure (shapes, strides and pointers in; kernel, grid and argument values out) so that it can be tested
 without a GPU; `forward` prepares a plan once per shape (device.Prepared) and then only fills in each call's
@@ -23,7 +23,8 @@ from .device import Operand, loader
 
 TARGET = "gfx950"
 CHIPLETS = 8  # XCDs of an MI355X: workgroup w runs on chiplet w % 8
-OFFSET_LIMIT = 2**32  # the kernels address each (batch, head) slice with 32-bit buffer offsets
+OFFSET_LIMIT = 2**32  # 32-bit kernels: the FP8 assembly addresses each (batch, head) slice with buffer offsets,
+# the BF16 HIP kernels each whole tensor from its base
 POINTERS = ("q", "k", "v", "out", "lse", "q_descale", "k_descale", "v_descale")  # per call
 
 
@@ -34,22 +35,30 @@ class Plan:
     args: dict[str, int | float]  # every kernel argument, by name
 
 
-def _check_operand(name: str, x: Operand) -> None:
+def span_bytes(dtype: str, shape, strides, element_bytes: int) -> int:
+    """Bytes from the base a 32-bit kernel of `dtype` addresses for a (batch, seqlen, heads, dim) operand: one
+    (batch, head) slice for the FP8 assembly kernels, the whole tensor for the BF16 HIP kernels."""
+    b, s, h, d = shape
+    if dtype == "bf16":
+        return ((b - 1) * strides[0] + (s - 1) * strides[1] + (h - 1) * strides[2] + d) * element_bytes
+    return ((s - 1) * strides[1] + d) * element_bytes
+
+
+def _check_operand(name: str, x: Operand, kernel) -> None:
     if x.strides[3] != 1:
         raise ValueError(f"gfx950: {name} must have a contiguous last dimension (stride {x.strides[3]})")
-    _, s, _, d = x.shape
-    span = ((s - 1) * x.strides[1] + d) * x.element_bytes
-    if span > OFFSET_LIMIT:
-        raise ValueError(f"gfx950: {name} spans {span} bytes per (batch, head) slice; these kernels address at most "
-                         f"{OFFSET_LIMIT} (2^32) bytes per slice")
+    span = span_bytes(kernel.dtype, x.shape, x.strides, x.element_bytes)
+    if kernel.offset_bits == 32 and span > OFFSET_LIMIT:
+        raise ValueError(f"gfx950: {name} spans {span} bytes from its base; kernel {kernel.name} addresses at most "
+                         f"{OFFSET_LIMIT} (2^32) bytes with its 32-bit offsets")
 
 
 def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int,
          descale_ptrs: tuple[int, int, int], jobs_ptr: int, num_jobs: int, softmax_scale: float) -> Plan:
     """Kernel arguments for one call. q, k, v, out are (batch, seqlen, heads, dim) views; seqlen is padded.
 
-    descale_ptrs are the float32 (batch, heads_k) arrays of q, k and v; jobs_ptr the int32 job table (num_jobs
-    rows [batch, head, tile_lo, tile_hi], chiplet-ordered for the kernel's persistent grid)."""
+    descale_ptrs are the float32 (batch, heads_k) arrays of q, k and v (0 for BF16); jobs_ptr the int32 job table
+    (num_jobs rows [batch, head, tile_lo, tile_hi], chiplet-ordered for the kernel's persistent grid)."""
     batch, seqlen, heads, d_qk = q.shape
     heads_k, d_v = k.shape[2], v.shape[3]
     if seqlen % kernel.tile_m:
@@ -63,7 +72,7 @@ def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int,
         raise ValueError(f"gfx950: k {k.shape} and v {v.shape} must match q {q.shape} in batch and seqlen "
                          f"and each other in heads")
     for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
-        _check_operand(name, x)
+        _check_operand(name, x, kernel)
     args = {
         "q": q.ptr, "k": k.ptr, "v": v.ptr, "out": out.ptr, "lse": lse_ptr,
         "q_descale": descale_ptrs[0], "k_descale": descale_ptrs[1], "v_descale": descale_ptrs[2],
@@ -81,9 +90,6 @@ def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int,
 
 def find_kernel(dtype: torch.dtype, d_qk: int, d_v: int, seqlen: int = 1, p_mode: str | None = None,
                 span_bytes: int = 0):
-    if dtype != torch.float8_e4m3fn:
-        raise ValueError(f"gfx950: dtype {dtype} is not supported yet: the MI355X kernels take float8_e4m3fn inputs "
-                         f"(BF16 on gfx950 is planned); use ZYFA_BACKEND=reference for BF16 on this GPU")
     return dispatch.kernel(TARGET, dtype, d_qk, d_v, p_mode, seqlen, span_bytes)
 
 
@@ -104,11 +110,6 @@ def _check_descale(name: str, t, batch: int, heads_k: int, device: torch.device)
                          f"{device}; got {t.dtype} {tuple(t.shape)} on {t.device}")
 
 
-def _slice_span(t: torch.Tensor, seq_dim: int) -> int:
-    """Bytes one (batch, head) slice of t spans (what the kernels address with their buffer offsets)."""
-    return ((t.shape[seq_dim] - 1) * t.stride(seq_dim) + t.shape[-1]) * t.element_size()
-
-
 _prepared = dev.LRU(dev.PREPARED, lambda prepared: dev.release(prepared.table))  # bounded
 
 
@@ -126,6 +127,10 @@ def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layo
     return prepared.run(q, k, v, q_descale, k_descale, v_descale)
 
 
+def _pointers(descales) -> tuple[int, int, int]:
+    return tuple(0 if d is None else d.data_ptr() for d in descales)
+
+
 class _GfxPrepared(dev.Prepared):
     """A prepared gfx950 launch and what each call copies (padding to `length` rows, or contiguous copies)."""
 
@@ -136,8 +141,9 @@ class _GfxPrepared(dev.Prepared):
         seq_dim = 1 if layout == "bshd" else 2
         seqlen = q.shape[seq_dim]
         copies = tuple(t.stride(-1) != 1 for t in (q, k, v))
-        span = max(_slice_span(t.contiguous() if copy else t, seq_dim) for t, copy in zip((q, k, v), copies,
-                                                                                          strict=True))
+        dtype = "bf16" if q.dtype == torch.bfloat16 else "fp8e4m3"
+        views = [Operand.of(t.contiguous() if copy else t, layout) for t, copy in zip((q, k, v), copies, strict=True)]
+        span = max(span_bytes(dtype, x.shape, x.strides, x.element_bytes) for x in views)
         kernel = find_kernel(q.dtype, q.shape[-1], v.shape[-1], seqlen, p_mode, span)
         length = seqlen if kernel.masks_tail else -(-seqlen // kernel.tile_m) * kernel.tile_m
         if length != seqlen:
@@ -146,14 +152,18 @@ class _GfxPrepared(dev.Prepared):
             q, k, v = (t.contiguous() if copy else t for t, copy in zip((q, k, v), copies, strict=True))
         batch, heads = q.shape[0], q.shape[2 if layout == "bshd" else 1]
         heads_k = k.shape[2 if layout == "bshd" else 1]
-        for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
-            _check_descale(name, t, batch, heads_k, q.device)
+        descales = (q_descale, k_descale, v_descale)
+        if kernel.dtype == "bf16":
+            descales = (None, None, None)  # the BF16 kernels read no descales: null pointers
+        else:
+            for name, t in zip(("q_descale", "k_descale", "v_descale"), descales, strict=True):
+                _check_descale(name, t, batch, heads_k, q.device)
         device = dev.device_index(q)
         table = dev.job_table(host_job_table, batch, heads, math.ceil(length / kernel.tile_m), kernel.grid_size,
                               device=device)
         out, lse = dev.outputs(q, batch, length, heads, kernel.d_v, layout)
         p = plan(kernel, Operand.of(q, layout), Operand.of(k, layout), Operand.of(v, layout), Operand.of(out, layout),
-                 lse.data_ptr(), (q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr()),
+                 lse.data_ptr(), _pointers(descales),
                  table.device.data_ptr(), table.device.shape[0], softmax_scale)
         self = cls(loader().launcher(kernel, device, p.grid), p, table, p.args, POINTERS)
         self._seq_dim, self._seqlen, self._length, self._copies = seq_dim, seqlen, length, copies
@@ -169,7 +179,7 @@ class _GfxPrepared(dev.Prepared):
         out, lse = dev.outputs(q, q.shape[0], self._length, self._heads, self._d_v, self._layout)
         self.table.used_on(stream)
         self.launch(stream, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                             q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr()))
+                             *_pointers((q_descale, k_descale, v_descale))))
         if self._length != self._seqlen:
             out = out.narrow(self._seq_dim, 0, self._seqlen).contiguous()
             lse = lse[:, :, :self._seqlen].contiguous()
