@@ -32,7 +32,7 @@ def build(kernel: dict, path: Path) -> None:
 
 
 def code_object(kernel_name: str) -> bytes:
-    """A fresh build of the kernel (also of those not in the manifest yet, kernels.WIDE_FP8)."""
+    """A fresh build of the kernel from its source."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "kernel.co"
         build(kernel_entry(kernel_name), out)

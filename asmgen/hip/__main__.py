@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import CLANG, KERNELS, WIDE_FP8, build, compile_flags, generate, inspect, kernel_entry
+from . import CLANG, KERNELS, build, compile_flags, generate, inspect, kernel_entry
 from .kernels import SOURCE_DIR, SOURCES
 
 
@@ -20,7 +20,7 @@ def report() -> str:
     rows = ["| kernel | in manifest | schedule | offset bits | VGPR | AGPR | SGPR | LDS bytes | waves/SIMD | "
             "workgroups/CU |", "|---" * 10 + "|"]
     with tempfile.TemporaryDirectory() as tmp:
-        for entry in KERNELS + WIDE_FP8:
+        for entry in KERNELS:
             path = Path(tmp) / entry["file"]
             build(entry, path)
             r = inspect(entry, path)["resources"]
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("report", help="resources (VGPR, AGPR, SGPR, LDS, occupancy) of every HIP kernel")
-    names = sorted(e["name"] for e in KERNELS + WIDE_FP8)
+    names = sorted(e["name"] for e in KERNELS)
     for command, text in (("asm", "print clang's assembly of a kernel"), ("flags", "print its compile command")):
         sub.add_parser(command, help=text).add_argument("kernel", choices=names)
     args = ap.parse_args(argv)

@@ -66,12 +66,11 @@ def _fp8_wide(d_qk: int, d_v: int, p_mode: str) -> dict:
     }
 
 
-KERNELS: list[dict] = [_bf16(128, 128), _bf16(192, 128)]
-# Verified in the simulator (asmgen/tests/test_hip_kernels.py compiles them from source), not yet in the manifest:
-# they share (dtype, d_qk, d_v, p_mode) with the assembly kernels and differ in offset_bits, which today's gfx950
-# dispatch does not read (it would find two kernels).
+# The FP8 kernels with 64-bit offsets share (dtype, d_qk, d_v, p_mode) with the assembly kernels: the dispatch takes
+# them only for tensors whose (batch, head) slices span more than the assembly kernels' 32-bit offsets address.
 WIDE_FP8: list[dict] = [_fp8_wide(128, 128, "lean"), _fp8_wide(192, 128, "exact")]
-_BY_NAME = {k["name"]: k for k in KERNELS + WIDE_FP8}
+KERNELS: list[dict] = [_bf16(128, 128), _bf16(192, 128), *WIDE_FP8]
+_BY_NAME = {k["name"]: k for k in KERNELS}
 
 
 def kernel_entry(name: str) -> dict:

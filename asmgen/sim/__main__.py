@@ -42,8 +42,8 @@ def run(args) -> int:
     import zyfa.numerics
     from zyfa_tools.inputs import quantize
 
-    from .attention import run_attention
-    entry, code = _kernel(args.kernel)
+    from .attention import manifest_entry, run_attention
+    entry, code = manifest_entry(args.kernel)
     (q, k, v), kind = _inputs(args.batch, args.seqlen, args.heads, args.kv_heads, entry["d_qk"], entry["d_v"],
                               args.seed, args.inputs)
     dtype = torch.bfloat16 if entry["dtype"] == "bf16" else torch.float8_e4m3fn
@@ -71,19 +71,7 @@ def run(args) -> int:
 
 def _kernel_names() -> list[str]:
     import zyfa_kernels
-    from asmgen.hip import WIDE_FP8
-    return sorted([k.name for k in zyfa_kernels.manifest().kernels if k.target == "gfx950"] +
-                  [e["name"] for e in WIDE_FP8])
-
-
-def _kernel(name: str) -> tuple[dict, bytes]:
-    """(entry, code object): the manifest's, or a fresh build of a HIP kernel not in the manifest yet."""
-    from asmgen import hip
-
-    from .attention import manifest_entry
-    if name in {e["name"] for e in hip.WIDE_FP8}:
-        return hip.kernel_entry(name), hip.code_object(name)
-    return manifest_entry(name)
+    return sorted(k.name for k in zyfa_kernels.manifest().kernels if k.target == "gfx950")
 
 
 def table(args) -> int:
@@ -104,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--kernel", required=True, choices=_kernel_names(),
                    help="a gfx950 kernel of the manifest, e.g. fp8_d128 (d=128, lean P), fp8_d192 (d_qk=192, "
                         "d_v=128, exact P), bf16_d128, bf16_d192 (HIP C++, BF16 inputs), fp8_d128_wide, "
-                        "fp8_d192_wide (HIP C++, 64-bit offsets; built from source)")
+                        "fp8_d192_wide (HIP C++, 64-bit offsets)")
     r.add_argument("--seqlen", type=int, default=512, help="sequence length, a multiple of 256 (default 512)")
     r.add_argument("--heads", type=int, default=2, help="query heads (default 2)")
     r.add_argument("--kv-heads", type=int, default=None, help="key/value heads, dividing --heads (default: MHA)")

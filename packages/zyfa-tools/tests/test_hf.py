@@ -99,7 +99,7 @@ def test_generate_prefills_with_zyfa_and_decodes_with_sdpa(llama):
 
 def test_unsupported_head_dim_raises():
     model = models.random_model("llama", layers=1, head_dim=64)
-    with pytest.raises(ValueError, match="head dims d_qk=64, d_v=64; ZYFA supports d_qk=128, d_v=128"):
+    with pytest.raises(ValueError, match="head dims d_qk=64, d_v=64; ZYFA supports d_qk = 128, d_v = 128"):
         _logits(model, "zyfa", _ids(16))
 
 

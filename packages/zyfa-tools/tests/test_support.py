@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import zyfa_kernels
@@ -16,7 +17,7 @@ def kernel(name, target, dtype, p_mode, **extra):
 def test_every_kernel_of_the_manifest_appears_once():
     table = support.markdown(support.matrix())
     for k in zyfa_kernels.manifest().kernels:
-        assert table.count(f" {k.name}") == 1, k.name
+        assert len(re.findall(rf"(?<!\w){re.escape(k.name)}(?!\w)", table)) == 1, k.name
     assert len(table.splitlines()) == 2 + len({(k.target, k.dtype, k.d_qk, k.d_v, k.p_mode)
                                                for k in zyfa_kernels.manifest().kernels})
 

@@ -151,13 +151,17 @@ def test_bad_p_mode_is_named(p_mode, dtype, error, message):
 
 
 def test_each_target_has_the_manifests_p_modes():
-    assert dispatch.p_modes("gfx950", "fp8e4m3", 128, 128) == ("lean",)
+    assert dispatch.p_modes("gfx950", "fp8e4m3", 128, 128) == ("lean", "exact")  # the default first
     assert dispatch.p_modes("gfx950", "fp8e4m3", 192, 128) == ("exact",)
     assert dispatch.kernel("gfx950", FP8, 128, 128, None, 4096).p_mode == "lean"
-    with pytest.raises(ValueError, match="p_mode='exact': gfx950 has no fp8e4m3 kernel with that p_mode at d_qk=128"):
-        dispatch.kernel("gfx950", FP8, 128, 128, "exact", 4096)
+    assert dispatch.kernel("gfx950", FP8, 128, 128, "exact", 4096).name == "fp8_d128_exact"
+    with pytest.raises(ValueError, match="p_mode='lean': gfx950 has no fp8e4m3 kernel with that p_mode at d_qk=192"):
+        dispatch.kernel("gfx950", FP8, 192, 128, "lean", 4096)
+    # beyond 32-bit offsets the HIP kernels with 64-bit offsets serve (lean at d = 128); exact P has none there
+    assert dispatch.kernel("gfx950", FP8, 128, 128, None, 4096, 2**32).name == "fp8_d128_wide"
+    assert dispatch.kernel("gfx950", FP8, 128, 128, None, 4096, 2**32 - 1).name == "fp8_d128"
     with pytest.raises(ValueError, match="inputs span 4294967296 bytes, more than .*32-bit offsets"):
-        dispatch.kernel("gfx950", FP8, 128, 128, None, 4096, 2**32)
+        dispatch.kernel("gfx950", FP8, 128, 128, "exact", 4096, 2**32)
     assert dispatch.head_dims() == tuple(sorted({(k.d_qk, k.d_v) for k in zyfa_kernels.manifest().kernels}))
 
 

@@ -82,13 +82,13 @@ def test_sm90a_call_path_launches_with_each_calls_pointers(tmp_path):
     # new tensors of a seen shape: their addresses are encoded, nothing is re-planned
     assert {second["q"], second["k"], second["v"]} <= set(encoded)
     assert launches[0]["args"] != launches[1]["args"] and launches[0]["grid"] == launches[1]["grid"]
-    # a length off the tiles runs padded (seqlen 384 in the arguments) and returns the real length
+    # a length off the tiles runs unpadded (the kernels mask their last tiles: seqlen 300 in the arguments)
     import zyfa_kernels
 
     kernel = zyfa_kernels.manifest().find("sm90a", name="sm90a_fwd_bf16_d128_pingpong")
     offset = kernel.layout.offsets[kernel.layout.names.index("seqlen")]
     seqlens = [struct.unpack_from("<i", bytes.fromhex(launch["args"]), offset)[0] for launch in launches[:4]]
-    assert seqlens == [256, 256, 384, 256]
+    assert kernel.masks_tail and seqlens == [256, 256, 300, 256]
     assert padded["out"] == [1, 300, 4, 128] and padded["lse"] == [1, 4, 300] and padded["out_contiguous"]
     # the permuted k (last dimension not contiguous) runs on a contiguous copy (its results: test_api_results)
     assert permuted["out"] == first["out"]
