@@ -1,4 +1,4 @@
-"""Benchmark of the sm90a BF16 kernels against cuDNN's and FlashAttention-2's SDPA in the same run (DESIGN.md's
+"""Benchmark of the sm90a BF16 kernels against cuDNN's and FlashAttention-2's SDPA in the same run (the design's
 protocol, with fewer repetitions when asked: see --calls, --warmup, --rounds).
 
 Causal, batch 1, S in --seqlens, max(32, 262144/S) query heads, MHA and GQA 4:1, Gaussian q/k/v with std 0.1 (or
@@ -44,7 +44,7 @@ STD = 0.1
 LONG_SEQLEN = 16384
 SHORT_SEQLEN = 8192  # up to here every configuration gets --calls / --warmup calls
 MIN_CALLS = 8
-SUSTAINED = {"idle_s": 2.0, "warm_s": 1.0, "timed_s": 3.0, "repeats": 3}  # DESIGN.md's sustained-clock mode
+SUSTAINED = {"idle_s": 2.0, "warm_s": 1.0, "timed_s": 3.0, "repeats": 3}  # the design's sustained-clock mode
 SUSTAINED_SEQLENS = (8192,)
 INPUTS = {"gaussian": f"Gaussian q, k, v with std {STD}",
           "activation": "activation-like q, k, v (zyfa_tools.inputs.activation_like)"}

@@ -1,7 +1,7 @@
 """Benchmark and accuracy of the sm90a FP8 kernels against FA3's FP8 forward (fa3_fwd_interface, BF16 output) and
 cuDNN's FP8 SDPA (cudnn-frontend, FP8 output) in the same run.
 
-Timing (DESIGN.md's protocol, fewer repetitions when asked): causal, batch 1, S in --seqlens, max(32, 262144/S)
+Timing (docs/design.md's protocol, fewer repetitions when asked): causal, batch 1, S in --seqlens, max(32, 262144/S)
 query heads, MHA and GQA 4:1, Gaussian inputs (std 0.1) quantized to e4m3 with per-(batch, kv head) descales;
 throughput = H S^2 (d_qk + d_v) / time. Kernel-only device time from CUDA graph replays ("graph"), and eager
 back-to-back calls timed with events ("eager"). Ours: "zyfa" = the V^T pre-pass + the kernel (what a call costs),

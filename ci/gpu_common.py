@@ -21,7 +21,7 @@ PROTOCOL_SEQLENS = (2048, 4096, 8192, 16384, 32768)
 
 
 def add_protocol_arguments(ap, seqlens=PROTOCOL_SEQLENS) -> None:
-    """The benchmark protocol's options (DESIGN.md), shared by every target's benchmark."""
+    """The benchmark protocol's options (docs/design.md), shared by every target's benchmark."""
     ap.add_argument("--out", default="out")
     ap.add_argument("--seqlens", type=int, nargs="+", default=list(seqlens))
     ap.add_argument("--head-dims", default="128,192", help="d_qk values to run (d_v = 128)")
