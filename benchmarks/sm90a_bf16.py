@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
 from gpu_common import add_protocol_arguments, causal_flops, device_time_ms, rel_rms, sustained_time_ms, watchdog  # noqa: E402
 
 PEAK_TFLOPS = 989.0  # H100/H200 dense BF16
-HEAD_DIMS = ((128, 128), (192, 128))
+HEAD_DIMS = tuple(sorted({(k.d_qk, k.d_v) for k in zyfa_kernels.manifest().of("sm90a")}))  # from the manifest
 STD = 0.1
 LONG_SEQLEN = 16384
 SHORT_SEQLEN = 8192  # up to here every configuration gets --calls / --warmup calls

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
 from gpu_common import bf16_ulps, causal_flops, device_time_ms, event_time_ms, model_kwargs, rel_rms, watchdog  # noqa: E402
 
 FP8_PEAK_TFLOPS = 1979.0  # H100/H200 dense FP8
-HEAD_DIMS = ((128, 128), (192, 128))
+HEAD_DIMS = tuple(sorted({(k.d_qk, k.d_v) for k in zyfa_kernels.manifest().of("sm90a")}))  # from the manifest
 SEQLENS = (2048, 4096, 8192, 16384, 32768)
 FIRST_CALL_LIMIT_S = 30.0
 # (batch, seqlen, heads, heads_k): lengths that are no multiple of the tiles, GQA, batch > 1

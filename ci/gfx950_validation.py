@@ -16,7 +16,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-HEAD_DIMS = ((128, 128), (192, 128))  # (d_qk, d_v) of the gfx950 FP8 kernels: fp8_d128 (lean P), fp8_d192 (exact P)
+import zyfa_kernels
+
+# (d_qk, d_v) of the gfx950 FP8 kernels, from the manifest (read without the native loader)
+HEAD_DIMS = tuple(sorted({(k.d_qk, k.d_v) for k in zyfa_kernels.manifest().of("gfx950") if k.dtype == "fp8e4m3"}))
 DESCALE_FORMS = ("per_kv_head", "one_element", "float", "expanded")  # what flash_attn_func accepts for FP8
 LAYOUTS = ("bshd", "bhsd")
 # Input kinds: Gaussian entries of std 1 (the simulator tests' inputs), std 4 (scores spread over many binades, so

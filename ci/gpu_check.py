@@ -31,7 +31,7 @@ from zyfa_tools.reference import attention_fp64
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_common import bf16_ulps, model_kwargs, print_items, rel_rms, watchdog  # noqa: E402
 
-HEAD_DIMS = ((128, 128), (192, 128))
+HEAD_DIMS = tuple(sorted({(k.d_qk, k.d_v) for k in zyfa_kernels.manifest().of("sm90a")}))  # from the manifest
 TAU = {128: 0.5, 192: 8.0}  # the kernels' rescale thresholds (manifest rescale_threshold)
 KEY_TILE = 128
 # (batch, seqlen, heads, heads_k, layout): odd lengths exercise the padding, then GQA, MQA, bhsd, batch > 1

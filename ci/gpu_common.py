@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import sys
@@ -34,11 +35,9 @@ def add_protocol_arguments(ap, seqlens=PROTOCOL_SEQLENS) -> None:
 
 
 def model_kwargs(kernel) -> dict:
-    """zyfa.numerics.attention's keywords for the numerics a kernel's manifest entry declares."""
-    f = kernel.fields
-    return {"p_mode": f["p_mode"], "p_shift": f.get("p_shift", 0), "rowsum": f.get("rowsum"),
-            "rescale_threshold": f["rescale_threshold"], "key_tile": f["tile_n"],
-            "block_scale": f["scale_block"] is not None, "scale_block": f["scale_block"] or f["tile_n"]}
+    """zyfa.numerics.attention's keywords for the numerics a kernel's manifest entry declares (config_from_kernel)."""
+    from zyfa import numerics
+    return dataclasses.asdict(numerics.config_from_kernel(kernel.fields))
 
 
 def print_items(report: dict, keys=("graph", "compile", "large")) -> int:
