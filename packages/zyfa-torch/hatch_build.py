@@ -13,4 +13,4 @@ class CustomMetadataHook(MetadataHookInterface):
     def update(self, metadata: dict) -> None:
         version = VERSION_FILE.read_text().strip()
         metadata["version"] = version
-        metadata["dependencies"] = [f"zyfa-kernels=={version}", "torch>=2.6"]
+        metadata["dependencies"] = [f"zyfa-kernels=={version}", "torch>=2.6", "numpy"]  # numpy: the job tables
