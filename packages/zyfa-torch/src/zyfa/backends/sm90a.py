@@ -222,8 +222,11 @@ def _first_run(key, kernel, q, k, v, softmax_scale, layout, balanced, descales, 
         tile = math.lcm(kernel.tile_m, kernel.tile_n)
         length = -(-seqlen // tile) * tile
     copies = tuple(_tma_view(t) is not t for t in (q, k, v))
-    prepared = _Prepared.make(kernel, *(_operand_view(t, seq_dim, length) for t in (q, k, v)), softmax_scale,
-                              layout, balanced, seq_dim, seqlen, length, copies, descales)
+    operands = tuple(_operand_view(t, seq_dim, length) for t in (q, k, v))
+    if kernel.fields.get("v_transposed") and vt is None:
+        vt = transposed_v(operands[2], layout)  # made once: the plan's tensor map and this call's launch share it
+    prepared = _Prepared.make(kernel, *operands, softmax_scale, layout, balanced, seq_dim, seqlen, length, copies,
+                              descales, vt)
     if not (q.data_ptr() | k.data_ptr() | v.data_ptr()) % TMA_ALIGN:
         _prepared.put(key, prepared)
     return prepared.run(q, k, v, descales, vt)
@@ -252,7 +255,7 @@ class _Prepared(dev.Prepared):
 
     @classmethod
     def make(cls, kernel, q, k, v, softmax_scale, layout, balanced, seq_dim, seqlen, length, copies,
-             descales) -> _Prepared:
+             descales, vt=None) -> _Prepared:
         """Plan the launch for operands q, k, v as the kernel reads them (copied or padded already)."""
         device = dev.device_index(q)
         qo, ko, vo = (Operand.of(t, layout) for t in (q, k, v))
@@ -262,7 +265,7 @@ class _Prepared(dev.Prepared):
         out, lse = dev.outputs(q, batch, length, heads, kernel.d_v, layout)
         rounds, grid, _ = table.device.shape
         pointers = _descale_pointers(kernel, descales)
-        fp8 = {} if pointers is None else {"vt": transposed_v(v, layout), "descales": pointers}
+        fp8 = {} if pointers is None else {"vt": transposed_v(v, layout) if vt is None else vt, "descales": pointers}
         p = plan(kernel, qo, ko, vo, Operand.of(out, layout), lse.data_ptr(), table.device.data_ptr(),
                  rounds * grid, grid, softmax_scale, **fp8)
         self = cls(loader().launcher(kernel, device, p.grid), p, table, p.args,
