@@ -227,74 +227,43 @@ def fp8_defines(kernel: dict, *, double_p: bool = FP8_DOUBLE_P, overlap: bool = 
     ]
 
 
-# Of the 16 groups of four scores a consumer thread holds per key tile, how many take their exponentials from the
-# FMA-pipe polynomial instead of ex2 (MUFU) in the shipped kernels: none, since every fraction measured slower
-# (docs/sm90a.md, "Exponentials on the FMA pipe"); benchmarks/sm90a_variants.py builds the others.
-POLY_EXP2_GROUPS = 0
-
-# Schedules whose kernels tie the softmax to a barrier arrive ahead of the P V wait, so that ptxas keeps it under
-# the running P V (ZYFA_PIN_SOFTMAX in attention_fwd.cu), and advance wgmma descriptors from a tile's base by one
-# add (ZYFA_DESC_ADD). Measured on the H200 (docs/sm90a.md): +0-4% for the independent consumers at S = 8K-32K,
-# d = 128; in ping-pong, where the other consumer's GEMMs already cover the softmax, -1% to +3% there and -5% to -8%
-# at 2K.
+# Schedules whose kernels hold the softmax ahead of the P V wait (kPinSoftmax, softmax.cuh) and advance wgmma
+# descriptors from a tile's base by one add (kDescAdd, mainloop.cuh). Measured on the H200 (docs/sm90a.md, "Pinning
+# the softmax"): +0-4% for the independent consumers at S = 8K-32K, d = 128; in ping-pong, where the other
+# consumer's GEMMs already cover the softmax, -1% to +3% there and -5% to -8% at 2K.
 PINNED_SCHEDULES = ("independent",)
-# Which mbarrier waits sleep until a barrier changes instead of polling (ZYFA_WAIT_HINT): 0 none (the shipped
-# kernels), 1 the producer's, 2 every wait. The polling producer takes issue slots from its SM sub-partition's
-# consumer warps, but sleeping measured neutral on the H200 (-3% to +2%, docs/sm90a.md, "Profile").
-WAIT_HINT = 0
-# Whether a query tile's last P V and the CTA's next tile's first QK^T are issued together (ZYFA_CROSS_TILE), so that
-# the per-tile fill and drain overlap: off in the shipped kernels, measured no faster (-10% to +2%, docs/sm90a.md).
-CROSS_TILE = False
-# Whether P fragments are double-buffered so their BF16 packing runs ahead of the P V wait (ZYFA_DOUBLE_P): off in
-# the shipped kernels (measured no faster than pinning alone); a variant of benchmarks/sm90a_variants.py.
-DOUBLE_P = False
 # Kernels (d_qk, schedule) whose tile row maxima skip their quad reductions when a warp vote finds no partial maximum
-# above m + tau (ZYFA_VOTE_MAX; the results are bitwise the same). Measured on the H200 (docs/sm90a.md, "Voting on
-# the row maxima"), means of three runs for the d = 128 independent kernel: +1-3% from S = 16K, +1% at 8K, -1% to
-# -2% at 4K; at d_qk = 192 -3% to +1% from 8K, and at 2K -3% to -5%.
+# above m + tau (kVoteMax; the results are bitwise the same). Measured on the H200 (docs/sm90a.md, "Voting on the row
+# maxima"), means of three runs for the d = 128 independent kernel: +1-3% from S = 16K, +1% at 8K, -1% to -2% at 4K;
+# at d_qk = 192 -3% to +1% from 8K, and at 2K -3% to -5%.
 VOTE_MAX_KERNELS = {(128, "independent")}
-# Whether the steady-state steps start the exponentials before the tile's row maxima are known, recomputing S when
-# a maximum moves (ZYFA_SPECULATE; bitwise the same results): off in the shipped kernels, measured -3.5% to +1%
-# (docs/sm90a.md); a variant of benchmarks/sm90a_variants.py.
-SPECULATE = False
+_SCHEDULE_TYPES = {"pingpong": "PingPong", "independent": "Independent"}
 
 
-def defines(kernel: dict, *, overlap: bool = True, pingpong: bool | None = None, fma_scale: bool = True,
-            poly_exp2_groups: int = POLY_EXP2_GROUPS, pin_softmax: bool | None = None,
-            double_p: bool = DOUBLE_P, desc_add: bool | None = None, wait_hint: int = WAIT_HINT,
-            cross_tile: bool = CROSS_TILE, vote_max: bool | None = None, speculate: bool = SPECULATE,
-            leave_out: int = 0) -> list[str]:
-    """Preprocessor configuration of one kernel; the keywords give the variants the benchmark compares (pingpong,
-    pin_softmax, desc_add and vote_max default to the kernel's head dim and schedule; leave_out > 0 only for timing:
-    results are wrong)."""
-    if pingpong is None:
-        pingpong = kernel["schedule"] == "pingpong"
+def _cxx_bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def config_header(kernel: dict) -> str:
+    """kernel_config.cuh of one BF16 kernel: its symbol and zyfa::Config (config.cuh), from its manifest entry and
+    the measured choices above."""
     pinned = kernel["schedule"] in PINNED_SCHEDULES
-    pin_softmax = pinned if pin_softmax is None else pin_softmax
-    desc_add = pinned if desc_add is None else desc_add
-    if vote_max is None:
-        vote_max = (kernel["d_qk"], kernel["schedule"]) in VOTE_MAX_KERNELS
-    return [
-        f"-DZYFA_KERNEL={kernel['symbol']}",
-        f"-DZYFA_D_QK={kernel['d_qk']}",
-        f"-DZYFA_D_V={kernel['d_v']}",
-        f"-DZYFA_TAU={float(kernel['rescale_threshold'])!r}f",
-        f"-DZYFA_STAGES={kernel['stages']}",
-        f"-DZYFA_Q_STAGES={kernel['q_stages']}",
-        f"-DZYFA_DYNAMIC_SHARED_BYTES={kernel['shared_bytes'] - RESERVED_SHARED}",
-        f"-DZYFA_OVERLAP={int(overlap)}",
-        f"-DZYFA_PINGPONG={int(pingpong)}",
-        f"-DZYFA_FMA_SCALE={int(fma_scale)}",
-        f"-DZYFA_POLY_EXP2_GROUPS={int(poly_exp2_groups)}",
-        f"-DZYFA_PIN_SOFTMAX={int(pin_softmax)}",
-        f"-DZYFA_DOUBLE_P={int(double_p)}",
-        f"-DZYFA_DESC_ADD={int(desc_add)}",
-        f"-DZYFA_WAIT_HINT={int(wait_hint)}",
-        f"-DZYFA_CROSS_TILE={int(cross_tile)}",
-        f"-DZYFA_VOTE_MAX={int(vote_max)}",
-        f"-DZYFA_SPECULATE={int(speculate)}",
-        f"-DZYFA_LEAVE_OUT={int(leave_out)}",
+    fields = [
+        ("int", "kDQk", kernel["d_qk"]),
+        ("int", "kDV", kernel["d_v"]),
+        ("int", "kStages", kernel["stages"]),
+        ("float", "kTau", f"{float(kernel['rescale_threshold'])!r}f"),
+        ("bool", "kPinSoftmax", _cxx_bool(pinned)),
+        ("bool", "kDescAdd", _cxx_bool(pinned)),
+        ("bool", "kVoteMax", _cxx_bool((kernel["d_qk"], kernel["schedule"]) in VOTE_MAX_KERNELS)),
+        ("int", "kDynamicSharedBytes", kernel["shared_bytes"] - RESERVED_SHARED),
     ]
+    lines = [f"// {kernel['name']}: written by asmgen.sm90a.config_header from its manifest entry",
+             "#pragma once", "", '#include "config.cuh"', "", f"#define ZYFA_KERNEL {kernel['symbol']}", "",
+             "namespace zyfa {", "struct Config : Bf16 {",
+             *(f"  static constexpr {t} {name} = {value};" for t, name, value in fields),
+             f"  using Schedule = {_SCHEDULE_TYPES[kernel['schedule']]};", "};", "}  // namespace zyfa", ""]
+    return "\n".join(lines)
 
 
 def build(kernel: dict, path: Path, **variant) -> None:
@@ -304,7 +273,11 @@ def build(kernel: dict, path: Path, **variant) -> None:
         for src in SOURCE_DIR.glob("*.cu*"):
             shutil.copy(src, Path(tmp) / src.name)
         source = SOURCES[kernel["dtype"]]
-        config = fp8_defines(kernel, **variant) if kernel["dtype"] == "fp8e4m3" else defines(kernel, **variant)
+        if kernel["dtype"] == "fp8e4m3":
+            config = fp8_defines(kernel, **variant)
+        else:
+            config = []
+            (Path(tmp) / "kernel_config.cuh").write_text(config_header(kernel))
         cmd = [nvcc(), *ARCH_FLAGS, *COMPILE_FLAGS, *config, "-o", "kernel.cubin", source]
         result = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
         if result.returncode != 0 or ("warning" in result.stderr.lower() and not os.environ.get("ZYFA_ALLOW_SPILLS")):

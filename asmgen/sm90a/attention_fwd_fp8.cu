@@ -21,8 +21,10 @@
 // P V, 1 in the shipped kernels, or after both GEMMs, 0), ZYFA_DOUBLE_P (two sets of P fragments, so that a tile's
 // P is packed under the running P V, held there by the pinned barrier release; 0 packs after the P V wait).
 
+#include "pipeline.cuh"
 #include "ptx.cuh"
 #include "tile.cuh"
+#include "tile_scheduler.cuh"
 
 #include <math_constants.h>
 

@@ -37,36 +37,18 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 
 // Waits until the phase with the given parity has completed. A fresh barrier counts its (virtual) previous phase,
 // parity 1, as complete, which lets producers wait on "empty" barriers from the first round on.
-// SLEEP: try_wait carries a suspend-time hint, and ptxas turns the retry into NANOSLEEP.SYNCS, which sleeps until a
-// barrier of the CTA changes. Without it a warp that waits long polls: profiled on the H200, the producer warp
-// issued one try_wait and branch every ~15 cycles, slots its SM sub-partition's consumer warps lose.
-constexpr uint32_t kSuspendHintNs = 10000000;  // an upper bound only: the phase completing ends the wait
-
-template <bool SLEEP = false>
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
   do {
-    if constexpr (SLEEP) {
-      asm volatile(
-          "{\n"
-          ".reg .pred p;\n"
-          "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
-          "selp.u32 %0, 1, 0, p;\n"
-          "}\n"
-          : "=r"(done)
-          : "r"(bar), "r"(parity), "r"(kSuspendHintNs)
-          : "memory");
-    } else {
-      asm volatile(
-          "{\n"
-          ".reg .pred p;\n"
-          "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-          "selp.u32 %0, 1, 0, p;\n"
-          "}\n"
-          : "=r"(done)
-          : "r"(bar), "r"(parity)
-          : "memory");
-    }
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
   } while (!done);
 }
 
@@ -94,17 +76,6 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads
 
 __device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-// Whether `pred` holds for any of the `threads` threads that reach named barrier `id`: a barrier with an OR
-// reduction, so every thread also waits for the others, as with bar.sync.
-__device__ __forceinline__ bool named_barrier_any(uint32_t id, uint32_t threads, bool pred) {
-  uint32_t any;
-  asm volatile(
-      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}"
-      : "=r"(any)
-      : "r"(static_cast<uint32_t>(pred)), "r"(id), "r"(threads));
-  return any != 0;
 }
 
 // ---- register reallocation between warpgroups ---------------------------------------------------------------------

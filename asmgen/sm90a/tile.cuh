@@ -1,6 +1,4 @@
-// What the sm90a kernels (BF16 attention_fwd.cu, FP8 attention_fwd_fp8.cu) share: the job table's rows, positions
-// in a ring of shared-memory buffers, and the wgmma accumulator's layout with the row reductions and the causal mask
-// that work on it.
+// The wgmma accumulator's layout, seen from one thread, with the row reductions and the causal mask that work on it.
 #pragma once
 
 #include <math_constants.h>
@@ -8,32 +6,6 @@
 #include <cstdint>
 
 namespace zyfa {
-
-// A position in a ring of buffers (Q, or K/V): slot and the parity of the round the slot is in.
-template <int STAGES>
-struct RingPos {
-  int slot = 0;
-  uint32_t parity = 0;
-  __device__ void advance() {
-    if (++slot == STAGES) {
-      slot = 0;
-      parity ^= 1;
-    }
-  }
-};
-
-// A pair of query tiles, one tile (tile_lo == tile_hi), or nothing (tile_lo < 0: a slot that pads a CTA's share of
-// a balanced table, zyfa.jobs.balanced_jobs).
-struct Job {
-  int batch, head, tile_lo, tile_hi;
-  __device__ int num_tiles() const { return tile_lo < 0 ? 0 : tile_lo == tile_hi ? 1 : 2; }
-  __device__ int tile(int i) const { return i == 0 ? tile_lo : tile_hi; }
-};
-
-__device__ __forceinline__ Job load_job(const int* jobs, int index) {
-  const int4 j = reinterpret_cast<const int4*>(jobs)[index];
-  return {j.x, j.y, j.z, j.w};
-}
 
 // Per-thread view of a 64x128 wgmma accumulator: warp w of the warpgroup holds rows 16w..16w+15; lane l holds rows
 // r = 16w + l/4 and r + 8 ("half" 0 and 1), columns 8i + 2(l%4) + {0,1} in registers 4i + 2*half + {0,1}.

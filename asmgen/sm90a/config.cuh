@@ -1,0 +1,55 @@
+// What configures an sm90a attention kernel: the CTA shape every kernel shares, the element types' traits, and the
+// two consumer schedules. A kernel is one instantiation of the pieces (producer.cuh, mainloop.cuh, softmax.cuh,
+// epilogue.cuh, tile_scheduler.cuh) with a `Config`, which the build writes into "kernel_config.cuh" from the
+// kernel's manifest entry (asmgen/sm90a/__init__.py, config_header):
+//
+//   #define ZYFA_KERNEL <symbol>
+//   struct Config : Bf16 {                      // the element type's traits
+//     static constexpr int kDQk, kDV;           // head dims
+//     static constexpr int kStages;             // depth of the K/V ring
+//     static constexpr float kTau;              // rescale threshold of the lazy row maximum, base-2 units
+//     using Schedule = PingPong | Independent;  // how the two consumers issue their GEMMs
+//     static constexpr bool kPinSoftmax;        // the softmax held ahead of the P V wait (softmax.cuh)
+//     static constexpr bool kDescAdd;           // wgmma descriptors advanced by one add (mainloop.cuh)
+//     static constexpr bool kVoteMax;           // the row maxima's quad reductions behind a warp vote (softmax.cuh)
+//     static constexpr int kDynamicSharedBytes; // what the launch provides (checked against the layout)
+//   };
+#pragma once
+
+#include <cstdint>
+
+namespace zyfa {
+
+constexpr int kTileM = 128;           // query rows per job tile (two consumer warpgroups of 64)
+constexpr int kTileN = 128;           // keys per tile
+constexpr int kRowsPerConsumer = 64;  // wgmma M
+constexpr int kAtomRowBytes = 128;    // a row of the 128-byte swizzle
+constexpr int kAtomBytes = 8 * kAtomRowBytes;  // 8 rows: the swizzle pattern's period
+constexpr int kThreadsPerWarpgroup = 128;
+constexpr int kConsumerWarps = 8;
+constexpr int kThreads = 3 * kThreadsPerWarpgroup;  // producer warpgroup + two consumer warpgroups
+constexpr uint32_t kProducerRegs = 24;
+constexpr uint32_t kConsumerRegs = 240;
+constexpr uint32_t kPingBarrier = 1;  // named barriers 1 and 2: one per consumer warpgroup (PingPong)
+constexpr float kLn2 = 0.6931471805599453f;
+
+// BF16 operands: TMA boxes of 64 columns (128 bytes, the swizzle width) by 128 rows; V arrives as stored (keys x d_v,
+// MN-major for the P V product).
+struct Bf16 {
+  static constexpr int kBoxCols = 64;             // columns per 128-byte swizzled row: TMA box width, wgmma atom
+  static constexpr int kBoxBytes = 128 * kBoxCols * 2;  // one 128-row box
+  static constexpr int kMmaK = 16;                // wgmma K for 16-bit operands
+  static constexpr float kPShift = 0.0f;          // P as computed (p_shift 0)
+  static constexpr int tile_bytes(int cols) { return cols / kBoxCols * kBoxBytes; }  // a 128-row tile
+};
+
+// Consumer schedules. PingPong: named barriers make the two consumers take turns issuing their GEMMs, so one's
+// softmax hides under the other's MMA. Independent: each issues as soon as its inputs are ready.
+struct PingPong {
+  static constexpr bool kTurns = true;
+};
+struct Independent {
+  static constexpr bool kTurns = false;
+};
+
+}  // namespace zyfa

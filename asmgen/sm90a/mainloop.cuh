@@ -1,0 +1,179 @@
+// The consumer main loop of the BF16 kernels: for each query tile of the walk, the key tiles 0..tile in increasing
+// order (the numerics model's order), then the epilogue. S = Q K^T and O += P V with wgmma, the softmax in
+// registers between them. After the first key tile every step issues QK^T of tile j and P V of tile j-1 together,
+// waits for S only and runs tile j's softmax under the running P V, then waits for P V, rescales O if the row
+// maximum moved and packs P. Only the diagonal key tile, a separate instance of the step, is masked.
+#pragma once
+
+#include "epilogue.cuh"
+#include "pipeline.cuh"
+#include "ptx.cuh"
+#include "softmax.cuh"
+#include "tile.cuh"
+#include "tile_scheduler.cuh"
+
+#include <type_traits>
+
+namespace zyfa {
+
+// The consumer schedule's turns: under PingPong a consumer waits, before issuing GEMMs, until its partner has
+// issued its own, and lets the partner go after; Independent consumers issue at once.
+template <class Schedule>
+struct Turns {
+  uint32_t mine, other;
+  __device__ void acquire() const {
+    if constexpr (Schedule::kTurns) named_barrier_sync(mine, 2 * kThreadsPerWarpgroup);
+  }
+  __device__ void release() const {
+    if constexpr (Schedule::kTurns) named_barrier_arrive(other, 2 * kThreadsPerWarpgroup);
+  }
+};
+
+// S (64x128) = Q K^T for this consumer's rows. C::kDescAdd: each wgmma's descriptors are a tile's base descriptor
+// plus the step's offset (one 32-bit add, smem_desc_advance) rather than encoded from the address (about five
+// integer instructions and an R2UR more per wgmma, on the GEMM-issue path that the other consumer waits behind
+// under ping-pong).
+template <class C>
+__device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_rows, uint32_t k_tile) {
+  const uint64_t q_desc = smem_desc_sw128(q_rows, 16, kAtomBytes);
+  const uint64_t k_desc = smem_desc_sw128(k_tile, 16, kAtomBytes);
+#pragma unroll
+  for (int k = 0; k < C::kDQk / C::kMmaK; ++k) {
+    // K step k lies in box k/4, at byte 32*(k%4) of each swizzled 128-byte row.
+    const uint32_t offset = (k / 4) * C::kBoxBytes + (k % 4) * (C::kMmaK * 2);
+    if constexpr (C::kDescAdd) {
+      wgmma_m64n128k16_ss(s, smem_desc_advance(q_desc, offset), smem_desc_advance(k_desc, offset), k > 0);
+    } else {
+      wgmma_m64n128k16_ss(s, smem_desc_sw128(q_rows + offset, 16, kAtomBytes),
+                          smem_desc_sw128(k_tile + offset, 16, kAtomBytes), k > 0);
+    }
+  }
+}
+
+// O (64x128) += P V, P from the packed fragments.
+template <class C>
+__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pf)[32], uint32_t v_tile) {
+  const uint64_t v_desc = smem_desc_sw128(v_tile, C::kBoxBytes, kAtomBytes);
+#pragma unroll
+  for (int k = 0; k < kTileN / C::kMmaK; ++k) {
+    const uint32_t a[4] = {pf[4 * k], pf[4 * k + 1], pf[4 * k + 2], pf[4 * k + 3]};
+    // 16 keys = 16 rows of 128 bytes; the next 64 columns of V are the next box.
+    if constexpr (C::kDescAdd) {
+      wgmma_m64n128k16_rs_bt(o, a, smem_desc_advance(v_desc, k * C::kMmaK * kAtomRowBytes));
+    } else {
+      wgmma_m64n128k16_rs_bt(o, a, smem_desc_sw128(v_tile + k * C::kMmaK * kAtomRowBytes, C::kBoxBytes, kAtomBytes));
+    }
+  }
+}
+
+// C::kPinSoftmax: ptxas sees no dependency between the softmax and `wgmma.wait_group` and sinks the exponentials,
+// row sums and the quad reduction past the P V wait, so only the local row maxima overlap P V. Pinned, the release
+// of the K slot moves from just after the S wait to just before the P V wait and its barrier address depends on the
+// row sums (pinned_address): ptxas keeps that mbarrier arrive (a shared-memory operation) ahead of the wait, and so
+// the softmax it depends on. Costs 2 instructions (FADD, select) per tile.
+template <class C, class Params>
+__device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, int consumer) {
+  using L = SharedLayout<C>;
+  const uint32_t base = smem_u32(smem);
+  const int thread = threadIdx.x % kThreadsPerWarpgroup;
+  const int warp = thread / 32;
+  const int lane = threadIdx.x % 32;
+  const float scale_log2 = p.scale_log2;
+  const uint32_t q_rows = base + L::kQ + consumer * kRowsPerConsumer * kAtomRowBytes;  // this consumer's rows
+  const Turns<typename C::Schedule> turn{kPingBarrier + consumer, kPingBarrier + (consumer ^ 1)};
+  if (consumer == 1) turn.release();  // the first consumer goes first
+
+  RingPos<C::kStages> ring;
+  RingPos<C::kStages> prev;  // the ring slot whose V the next P V reads
+  uint32_t q_parity = 0;
+  RowState st;
+  float s[64], o[64];
+  uint32_t pf[32];  // P fragments read by the next P V
+
+  auto k_tile = [&](const RingPos<C::kStages>& at) { return base + L::kK + at.slot * L::kKBytes; };
+  auto v_tile = [&](const RingPos<C::kStages>& at) { return base + L::kV + at.slot * L::kVBytes; };
+  auto release = [&](uint32_t bar) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar);
+  };
+
+  for_each_job(p.jobs, p.num_jobs, [&](const Job& job) {
+    for_each_tile(job, [&](int tile) {
+      // This thread's first row inside the tile, and so inside the diagonal key tile.
+      const int row0 = consumer * kRowsPerConsumer + 16 * warp + lane / 4;
+      float factor[2];
+      st = no_rows();
+#pragma unroll
+      for (int r = 0; r < 64; ++r) o[r] = 0.0f;
+
+      mbar_wait(bars.q_full(), q_parity);
+      q_parity ^= 1;
+
+      // Key tile 0: QK^T alone (no P V before it).
+      mbar_wait(bars.k_full(ring.slot), ring.parity);
+      turn.acquire();
+      wgmma_fence();
+      issue_qk<C>(s, q_rows, k_tile(ring));
+      wgmma_commit();
+      turn.release();
+      wgmma_wait<0>();
+      fence_regs(s);
+      release(bars.k_empty(ring.slot));
+      if (tile == 0) {
+        release(bars.q_empty());
+        mask_diagonal(s, row0, lane);
+      }
+      softmax_tile<C>(s, st, scale_log2, factor);
+      pack_p(s, pf);
+      prev = ring;
+      ring.advance();
+
+      // One key tile after the first: S of this tile and P V of the previous one in flight together.
+      auto step = [&](auto diagonal) {
+        mbar_wait(bars.k_full(ring.slot), ring.parity);
+        mbar_wait(bars.v_full(prev.slot), prev.parity);
+        turn.acquire();
+        wgmma_fence();
+        issue_qk<C>(s, q_rows, k_tile(ring));
+        wgmma_commit();
+        issue_pv<C>(o, pf, v_tile(prev));
+        wgmma_commit();
+        turn.release();
+        wgmma_wait<1>();  // S of this tile is ready; P V of the previous one may still run
+        fence_regs(s);
+        if constexpr (!C::kPinSoftmax) release(bars.k_empty(ring.slot));
+        if constexpr (decltype(diagonal)::value) {
+          release(bars.q_empty());
+          mask_diagonal(s, row0, lane);
+        }
+        softmax_tile<C>(s, st, scale_log2, factor);
+        fence_regs(s);  // the exponentials are done before the wait below, i.e. under the running P V
+        if constexpr (C::kPinSoftmax) release(pinned_address(bars.k_empty(ring.slot), st));
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(bars.v_empty(prev.slot));
+        rescale_o(o, factor);
+        pack_p(s, pf);
+        prev = ring;
+        ring.advance();
+      };
+      for (int kt = 1; kt < tile; ++kt) step(std::false_type{});
+      if (tile > 0) step(std::true_type{});  // only the diagonal tile needs the causal mask
+
+      // P V of the last key tile.
+      mbar_wait(bars.v_full(prev.slot), prev.parity);
+      turn.acquire();
+      wgmma_fence();
+      issue_pv<C>(o, pf, v_tile(prev));
+      wgmma_commit();
+      turn.release();
+      wgmma_wait<0>();
+      fence_regs(o);
+      release(bars.v_empty(prev.slot));
+
+      store_tile<C>(p, job, tile, consumer, warp, lane, o, st);
+    });
+  });
+}
+
+}  // namespace zyfa

@@ -1,0 +1,50 @@
+// The shared memory the producer fills and the consumers drain: one Q tile, a ring of `kStages` K and V tiles, and
+// their mbarriers; positions in the ring. Every buffer has a "full" barrier (TMA transaction bytes) and an "empty"
+// one (an arrival per consumer warp).
+#pragma once
+
+#include "config.cuh"
+
+#include <cstdint>
+
+namespace zyfa {
+
+template <class C>
+struct SharedLayout {
+  static constexpr int kQBytes = C::tile_bytes(C::kDQk);  // a 128-row Q tile; a K tile has the same shape
+  static constexpr int kKBytes = kQBytes;
+  static constexpr int kVBytes = C::tile_bytes(C::kDV);
+  static constexpr int kQ = 0;
+  static constexpr int kK = kQ + kQBytes;
+  static constexpr int kV = kK + C::kStages * kKBytes;
+  static constexpr int kBarriers = kV + C::kStages * kVBytes;
+  static constexpr int kNumBarriers = 2 + 4 * C::kStages;  // q_full, q_empty, then per slot K and V full and empty
+  static constexpr int kBytes = kBarriers + kNumBarriers * 8;
+};
+
+struct Barriers {
+  uint32_t base;
+  __device__ uint32_t q_full() const { return base; }
+  __device__ uint32_t q_empty() const { return base + 8; }
+  __device__ uint32_t k_full(int s) const { return base + 16 + 32 * s; }
+  __device__ uint32_t v_full(int s) const { return base + 24 + 32 * s; }
+  // K and V of a slot are released separately: K once QK^T has read it, V once P V has, so the next K load
+  // starts a whole tile earlier than if the slot waited for both.
+  __device__ uint32_t k_empty(int s) const { return base + 32 + 32 * s; }
+  __device__ uint32_t v_empty(int s) const { return base + 40 + 32 * s; }
+};
+
+// A position in the ring: slot and the parity of the round the slot is in.
+template <int STAGES>
+struct RingPos {
+  int slot = 0;
+  uint32_t parity = 0;
+  __device__ void advance() {
+    if (++slot == STAGES) {
+      slot = 0;
+      parity ^= 1;
+    }
+  }
+};
+
+}  // namespace zyfa

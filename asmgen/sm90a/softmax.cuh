@@ -1,0 +1,77 @@
+// The online softmax of the BF16 kernels, on a consumer thread's two rows of a 64x128 score tile (the wgmma
+// accumulator layout, tile.cuh): a lazily rescaled row maximum (it moves only when a tile's maximum exceeds it by
+// more than tau), p = 2^(c s - m) with ex2, the row sum of unrounded p, P = bf16(p) packed as the P V product's A
+// fragments. Numerics: zyfa.numerics with p_mode "bf16".
+#pragma once
+
+#include "ptx.cuh"
+#include "tile.cuh"
+
+#include <math_constants.h>
+
+namespace zyfa {
+
+// Row state of the online softmax for the thread's two rows.
+struct RowState {
+  float m[2];  // reference maximum, base-2 scaled units; -inf while unset
+  float l[2];  // this thread's partial row sum (the quad adds its partials at the end)
+};
+// A query tile's row state before its first key tile.
+__device__ __forceinline__ RowState no_rows() { return {{-CUDART_INF_F, -CUDART_INF_F}, {0.0f, 0.0f}}; }
+
+// Scores of one key tile -> probabilities in place; returns per-row factors for O (1 where m did not move).
+// C::kVoteMax: c > 0, so the maximum of the scaled scores is the scaled maximum, with the same rounding, and a row's
+// maximum exceeds m + tau exactly when one of its quad's partial maxima does; a warp vote then skips the two
+// dependent shuffles per row when no lane's does (the row maximum cannot move: the results are the same).
+template <class C>
+__device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float scale_log2, float (&factor)[2]) {
+  float local[2];
+  partial_maxima(s, local);
+  factor[0] = factor[1] = 1.0f;
+  if (!C::kVoteMax || __any_sync(0xffffffff, local[0] * scale_log2 > st.m[0] + C::kTau ||
+                                                 local[1] * scale_log2 > st.m[1] + C::kTau)) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float mt = quad_max(local[h]) * scale_log2;
+      if (mt > st.m[h] + C::kTau) {
+        factor[h] = ex2(st.m[h] - mt);
+        st.m[h] = mt;
+        st.l[h] *= factor[h];
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 64; ++r) {
+    const int h = acc_half(r);
+    // x - m as one FMA c s - m: one rounding fewer than the model (a last-bit difference); the model's two roundings
+    // measured 3-8% slower at d = 128
+    s[r] = ex2(fmaf(s[r], scale_log2, -st.m[h]));
+    st.l[h] += s[r];
+  }
+}
+
+// `bar`, made to depend on every probability of the tile for ptxas (C::kPinSoftmax): the row sums are sums of
+// values >= +0, or a NaN, which FP32 arithmetic returns as the canonical 0x7FFFFFFF, so their sum never has the
+// sign bit set and the select always yields `bar`; ptxas cannot prove that and keeps the data dependency.
+// Precondition: p >= 0. A negative row sum would arrive on the next barrier and hang the CTA.
+__device__ __forceinline__ uint32_t pinned_address(uint32_t bar, const RowState& st) {
+  constexpr uint32_t kUnreachableOffset = 8;  // the next barrier: never taken
+  const int bits = __float_as_int(st.l[0] + st.l[1]);
+  return bits < 0 ? bar + kUnreachableOffset : bar;
+}
+
+// P (FP32 accumulator layout) -> BF16 A fragments: the accumulator of key columns 16k..16k+15 is exactly the
+// register A fragment of the k-th 16-key step.
+__device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) pf[i] = pack_bf16x2(s[2 * i], s[2 * i + 1]);
+}
+
+__device__ __forceinline__ void rescale_o(float (&o)[64], const float (&factor)[2]) {
+  if (factor[0] != 1.0f || factor[1] != 1.0f) {
+#pragma unroll
+    for (int r = 0; r < 64; ++r) o[r] *= factor[acc_half(r)];
+  }
+}
+
+}  // namespace zyfa
