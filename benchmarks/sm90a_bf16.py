@@ -6,8 +6,8 @@ activation-like ones, --inputs activation), throughput = B H S^2 (d_qk + d_v) / 
 graph replays of `calls` calls after `warmup` calls), kernels in rotated order over `rounds` rounds, the median round
 reported. Also measured: the relative RMS error against float64 of ours and cuDNN's (on --error-heads heads), the
 dispatched kernel on the plain paired job table ("paired", to see what the balanced table gains), the shipped kernel
-of the other schedule, and the kernel variants (--variants DIR, a manifest of builds that leave a stage out:
-benchmarks/sm90a_variants.py).
+of the other schedule, and the kernel variants (--variants DIR, a folder with a manifest.json of measurement
+builds).
 Then the protocol's sustained-clock mode, ZYFA and cuDNN on activation-like inputs (zyfa_tools.inputs) at
 --sustained-seqlens, MHA: per repetition 2 s idle, 1 s of back-to-back calls, >= 3 s timed; median of 3.
 

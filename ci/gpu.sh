@@ -5,8 +5,9 @@
 #
 # On sm90a (H100/H200):
 #   ci/gpu.sh [STAGE ...]     stages: install sass check sanitize bench (default: all, in that order), and on
-#                             request: exp2 (accuracy of the FMA-pipe exponential), variants (the benchmark's kernel
-#                             variants against the model), profile (Nsight Compute, ci/profile_sm90a.py)
+#                             request: exp2 (accuracy of the FMA-pipe exponential), variants (the measurement
+#                             variants of asmgen/sm90a/experiments against the model), profile (Nsight Compute,
+#                             ci/profile_sm90a.py)
 # On gfx950 (MI355X):
 #   ci/gpu.sh [STAGE ...]     stages: install check bench summary (default: all, in that order), and on request:
 #                             small (the check on one small configuration)
@@ -107,18 +108,12 @@ for stage in "${stages[@]}"; do
       ;;
     variants)
       variants=$(mktemp -d)
-      "$PY" benchmarks/sm90a_variants.py "$variants"
+      "$PY" -m asmgen.sm90a.experiments "$variants"
       "$PY" ci/gpu_check.py --variants "$variants" --out "$OUT"
       ;;
-    bench)  # the variants named by SM90A_VARIANT_ARGS are timed too
-      variant_args=()
-      if [ -n "${SM90A_VARIANT_ARGS:-}" ]; then
-        variants=$(mktemp -d)
-        "$PY" benchmarks/sm90a_variants.py "$variants"
-        variant_args=(--variants "$variants")
-      fi
+    bench)
       # shellcheck disable=SC2086
-      "$PY" benchmarks/sm90a_bf16.py --out "$OUT" "${variant_args[@]}" ${BENCH_ARGS:-}
+      "$PY" benchmarks/sm90a_bf16.py --out "$OUT" ${BENCH_ARGS:-}
       ;;
     *)
       echo "unknown stage $stage (install sass check sanitize bench exp2 variants profile)" >&2

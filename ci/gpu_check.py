@@ -6,7 +6,7 @@ kernel that masks its last tiles on lengths that are no multiple of them, unpadd
 
     python ci/gpu_check.py [--out DIR] [--small]     (--small: one tiny configuration, for compute-sanitizer)
     python ci/gpu_check.py --variants DIR            (the accuracy checks and determinism of each kernel variant
-                                                      of DIR/manifest.json, from benchmarks/sm90a_variants.py)
+                                                      of DIR/manifest.json, from python -m asmgen.sm90a.experiments)
 Writes DIR/gpu_check.json (gpu_check_variants.json) and exits non-zero when a check fails.
 """
 

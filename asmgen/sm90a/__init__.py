@@ -1,8 +1,9 @@
 """sm90a (Hopper) kernels: CUDA C++ with inline PTX, compiled by nvcc into cubins.
 
-The build driver (asmgen.build) reads KERNELS and calls build() and inspect() for each entry. Every kernel is one
-compilation of attention_fwd.cu with its configuration passed as preprocessor definitions; the manifest entry and
-the compiler flags come from the same dict, so they cannot disagree.
+The build driver (asmgen.build) reads KERNELS and calls build() and inspect() for each entry. A BF16 kernel is one
+compilation of attention_fwd.cu, the pieces of the kernel family (config.cuh lists them) instantiated with the
+zyfa::Config that config_header() writes from the kernel's manifest entry: the entry and the compiled configuration
+come from the same dict, so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -27,10 +28,7 @@ COMPILE_FLAGS = ("-cubin", "-O3", "-std=c++17", "-Xptxas", "-warn-spills,-warn-l
 TILE_M = 128  # query rows per CTA tile: two consumer warpgroups of 64 rows
 TILE_N = 128  # keys per tile
 THREADS = 384  # producer warpgroup + two consumer warpgroups
-STAGES = 2  # depth of the K/V shared-memory ring
-# Q buffers: with two (d = 128 only), the next query tile's Q loads while this one's last key tiles run; measured
-# 1-4% slower on the H200 (docs/sm90a.md, "Per-tile overlap and deeper buffers"), a variant
-Q_STAGES = 1
+STAGES = 2  # depth of the K/V shared-memory ring (one Q buffer: a second measured 1-4% slower, docs/sm90a.md)
 BOX_BYTES = 128 * 64 * 2  # one TMA box: 128 rows of 64 BF16 columns (128 bytes, the swizzle width)
 SWIZZLE_ALIGN = 1024  # boxes start on the 128-byte swizzle's 1024-byte period; the launch adds that much slack
 BARRIER_BYTES = 8
@@ -83,12 +81,13 @@ RESERVED_SHARED = 1024
 MAX_SHARED = 227 * 1024  # the most one CTA may use on sm_90
 
 
-def dynamic_shared_bytes(d_qk: int, d_v: int, stages: int = STAGES, q_stages: int = Q_STAGES) -> int:
-    """Dynamic shared memory of one CTA: `q_stages` Q tiles, `stages` K and V tiles, mbarriers, alignment slack."""
+def dynamic_shared_bytes(d_qk: int, d_v: int, stages: int = STAGES) -> int:
+    """Dynamic shared memory of one CTA (pipeline.cuh): a Q tile, `stages` K and V tiles, mbarriers (Q full/empty;
+    per K/V slot K and V full/empty), alignment slack."""
     q_bytes = d_qk // 64 * BOX_BYTES
     v_bytes = d_v // 64 * BOX_BYTES
-    barriers = (2 * q_stages + 4 * stages) * BARRIER_BYTES  # per Q slot full/empty; per K/V slot K and V full/empty
-    return q_stages * q_bytes + stages * (q_bytes + v_bytes) + barriers + SWIZZLE_ALIGN
+    barriers = (2 + 4 * stages) * BARRIER_BYTES
+    return q_bytes + stages * (q_bytes + v_bytes) + barriers + SWIZZLE_ALIGN
 
 
 # Consumer schedules: "pingpong" (the two consumer warpgroups alternate issuing their GEMMs) measured faster up to
@@ -127,7 +126,6 @@ def _kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
         "shared_bytes": dynamic_shared_bytes(d_qk, d_v) + RESERVED_SHARED,  # all the CTA needs: static + dynamic
         "grid": "persistent",
         "stages": STAGES,
-        "q_stages": Q_STAGES,
         "schedule": schedule,
         **_seqlen_range(schedule),
         "offset_bits": 64,

@@ -1,4 +1,4 @@
-"""A model of attention_fwd.cu's synchronisation, run under random interleavings to look for deadlocks and hazards.
+"""A model of the sm90a kernels' synchronisation, run under random interleavings to look for deadlocks and hazards.
 
 The producer and the two consumer warpgroups of one CTA (its tiles from zyfa.jobs.cta_tiles) are generators that
 issue, in the order of the kernel's code, the operations that order them: mbarrier waits (by parity, as the kernel
@@ -13,8 +13,9 @@ wgmma groups that read shared memory until they complete (in issue order, at tim
   completes),
 - a parity wait that falls two phases behind its barrier (parity could no longer tell the phases apart).
 
-It mirrors the code by hand: `produce`, `consume` and their options (STAGES, Q_STAGES, ping-pong, the pinned K
-release, ZYFA_CROSS_TILE, ZYFA_SPECULATE) follow attention_fwd.cu and must be kept in step with it.
+It mirrors the code by hand: `produce` follows producer.cuh, `consume` mainloop.cuh, and their options (the ring's
+stages, the PingPong schedule's turns, the pinned K release of Config::kPinSoftmax) the Config fields; they must be
+kept in step with it.
 """
 
 from __future__ import annotations
@@ -48,10 +49,7 @@ class Barrier:
 class Config:
     stages: int = 2
     pingpong: bool = True
-    pinned: bool = False  # ZYFA_PIN_SOFTMAX: the K release moves to just before the P V wait
-    cross_tile: bool = False  # ZYFA_CROSS_TILE
-    q_stages: int = 1  # ZYFA_Q_STAGES
-    speculate: bool = False  # ZYFA_SPECULATE (with pinned, independent): S computed again where a maximum moves
+    pinned: bool = False  # Config::kPinSoftmax: the K release moves to just before the P V wait
 
 
 @dataclass
@@ -70,8 +68,7 @@ class State:
 
     def __post_init__(self):
         arrivals = WARPS_PER_CONSUMER * CONSUMERS
-        for s in range(self.cfg.q_stages):
-            self.barriers[f"q_full{s}"], self.barriers[f"q_empty{s}"] = Barrier(1), Barrier(arrivals)
+        self.barriers["q_full"], self.barriers["q_empty"] = Barrier(1), Barrier(arrivals)
         for s in range(self.cfg.stages):
             for name in ("k_full", "v_full"):
                 self.barriers[f"{name}{s}"] = Barrier(1)
@@ -99,13 +96,11 @@ class Ring:
 # ("acquire", consumer), ("release", consumer).
 
 
-def produce(tiles, group: int, stages: int, q_stages: int):
-    ring, q, q_uses, uses = Ring(stages), Ring(q_stages), [0] * q_stages, [0] * stages
-    for b, h, tile in tiles:
-        yield "wait", f"q_empty{q.slot}", q.parity ^ 1, q_uses[q.slot]
-        q_uses[q.slot] += 1
-        yield "load", "Q", q.slot, ("Q", b, h, tile), f"q_full{q.slot}"
-        q.advance()
+def produce(tiles, group: int, stages: int):
+    ring, uses = Ring(stages), [0] * stages
+    for q_uses, (b, h, tile) in enumerate(tiles):
+        yield "wait", "q_empty", q_uses % 2 ^ 1, q_uses
+        yield "load", "Q", 0, ("Q", b, h, tile), "q_full"
         for kt in range(tile + 1):
             yield "wait", f"k_empty{ring.slot}", ring.parity ^ 1, uses[ring.slot]
             yield "load", "K", ring.slot, ("K", b, h // group, kt), f"k_full{ring.slot}"
@@ -121,19 +116,12 @@ def free(barrier: str):
 
 
 def consume(c: int, tiles, group: int, cfg: Config):
-    ring, prev, q, q_slot = Ring(cfg.stages), None, Ring(cfg.q_stages), 0
-    k_uses, v_uses, q_uses = [0] * cfg.stages, [0] * cfg.stages, [0] * cfg.q_stages
+    ring, prev = Ring(cfg.stages), None
+    k_uses, v_uses = [0] * cfg.stages, [0] * cfg.stages
 
     def full_wait(kind: str, at: Ring, uses: list[int]):
         op = ("wait", f"{kind}_full{at.slot}", at.parity, uses[at.slot] + 1)
         uses[at.slot] += 1
-        return op
-
-    def acquire_q():  # the next tile's Q slot: wait for its load
-        nonlocal q_slot
-        q_slot = q.slot
-        op = full_wait("q", q, q_uses)
-        q.advance()
         return op
 
     def turn(reads):
@@ -145,56 +133,33 @@ def consume(c: int, tiles, group: int, cfg: Config):
 
     if cfg.pingpong and c == 1:
         yield "release", c  # the first consumer goes first
-    started = False
-    for n, (b, h, tile) in enumerate(tiles):
+    for q_uses, (b, h, tile) in enumerate(tiles):
         kv = (b, h // group)
-        if not (cfg.cross_tile and started):
-            yield acquire_q()
-            yield full_wait("k", ring, k_uses)
-            yield from turn([[("Q", q_slot, ("Q", b, h, tile)), ("K", ring.slot, ("K", *kv, 0))]])
-            yield "wait_group", c, 0
-            yield free(f"k_empty{ring.slot}")
-            if tile == 0:
-                yield free(f"q_empty{q_slot}")
-            prev = ring.copy()
-            ring.advance()
-        started = False
+        yield "wait", "q_full", q_uses % 2, q_uses + 1
+        yield full_wait("k", ring, k_uses)
+        yield from turn([[("Q", 0, ("Q", b, h, tile)), ("K", ring.slot, ("K", *kv, 0))]])
+        yield "wait_group", c, 0
+        yield free(f"k_empty{ring.slot}")
+        if tile == 0:
+            yield free("q_empty")
+        prev = ring.copy()
+        ring.advance()
         for kt in range(1, tile + 1):
             yield full_wait("k", ring, k_uses)
             yield full_wait("v", prev, v_uses)
-            yield from turn([[("Q", q_slot, ("Q", b, h, tile)), ("K", ring.slot, ("K", *kv, kt))],
+            yield from turn([[("Q", 0, ("Q", b, h, tile)), ("K", ring.slot, ("K", *kv, kt))],
                              [("V", prev.slot, ("V", *kv, kt - 1))]])
             yield "wait_group", c, 1
             if not cfg.pinned:
                 yield free(f"k_empty{ring.slot}")
-            if cfg.speculate and kt < tile and kt % 2:  # the slow path, here on odd key tiles: QK^T again
-                yield "issue", c, [[("Q", q_slot, ("Q", b, h, tile)), ("K", ring.slot, ("K", *kv, kt))]]
-                yield "wait_group", c, 0
             if kt == tile:
-                yield free(f"q_empty{q_slot}")
+                yield free("q_empty")
             if cfg.pinned:
                 yield free(f"k_empty{ring.slot}")
             yield "wait_group", c, 0
             yield free(f"v_empty{prev.slot}")
             prev = ring.copy()
             ring.advance()
-        if cfg.cross_tile and n + 1 < len(tiles):
-            nb, nh, next_tile = tiles[n + 1]
-            yield acquire_q()
-            yield full_wait("k", ring, k_uses)
-            yield full_wait("v", prev, v_uses)
-            yield from turn([[("Q", q_slot, ("Q", nb, nh, next_tile)), ("K", ring.slot, ("K", nb, nh // group, 0))],
-                             [("V", prev.slot, ("V", *kv, tile))]])
-            yield "wait_group", c, 1
-            if next_tile == 0:
-                yield free(f"q_empty{q_slot}")
-            yield free(f"k_empty{ring.slot}")  # pinned in both schedules
-            yield "wait_group", c, 0
-            yield free(f"v_empty{prev.slot}")
-            prev = ring.copy()
-            ring.advance()
-            started = True
-            continue
         yield full_wait("v", prev, v_uses)
         yield from turn([[("V", prev.slot, ("V", *kv, tile))]])
         yield "wait_group", c, 0
@@ -205,7 +170,7 @@ def run(tiles, group: int, cfg: Config, seed: int) -> int:
     """One random interleaving of a CTA's producer and consumers over `tiles`; returns the number of steps."""
     rng = random.Random(seed)
     st = State(cfg)
-    agents = {"producer": produce(tiles, group, cfg.stages, cfg.q_stages), 0: consume(0, tiles, group, cfg),
+    agents = {"producer": produce(tiles, group, cfg.stages), 0: consume(0, tiles, group, cfg),
               1: consume(1, tiles, group, cfg)}
     pending = {name: next(agent, None) for name, agent in agents.items()}
     steps = 0

@@ -5,8 +5,7 @@ its P V wait (`gsb0, 0x0`). What lies between the two runs under P V; what follo
 issue is exposed. A report row gives the instructions (NOPs left out) and exponentials (MUFU.EX2) under P V, where
 the barrier arrives stand among them (K slot and Q releases; in pinned kernels the K release that holds the softmax
 is the last), and the exposed instructions, counted in address order up to the next HGMMA/QGMMA or S wait. Steps in
-address order: the steady step, the diagonal step, then (cross-tile variants) the merged step, whose count runs on
-through the epilogue.
+address order: the steady step, then the diagonal step.
 """
 
 from __future__ import annotations
