@@ -1,5 +1,5 @@
 // What configures an sm90a attention kernel: the CTA shape every kernel shares, the element types' traits, and the
-// two consumer schedules. A kernel is one instantiation of the pieces (producer.cuh, mainloop.cuh, softmax.cuh,
+// two consumer schedules. A kernel is one instantiation of the pieces (producer.cuh, mainloop_bf16.cuh, softmax_bf16.cuh,
 // epilogue.cuh, tile_scheduler.cuh) with a `Config`, which the build writes into "kernel_config.cuh" from the
 // kernel's manifest entry (asmgen/sm90a/__init__.py, config_header):
 //
@@ -9,12 +9,14 @@
 //     static constexpr int kStages;             // depth of the K/V ring
 //     static constexpr float kTau;              // rescale threshold of the lazy row maximum, base-2 units
 //     using Schedule = PingPong | Independent;  // how the two consumers issue their GEMMs
-//     static constexpr bool kPinSoftmax;        // the softmax held ahead of the P V wait (softmax.cuh)
-//     static constexpr bool kDescAdd;           // wgmma descriptors advanced by one add (mainloop.cuh)
-//     static constexpr bool kVoteMax;           // the row maxima's quad reductions behind a warp vote (softmax.cuh)
+//     static constexpr bool kPinSoftmax;        // the softmax held ahead of the P V wait (softmax_bf16.cuh)
+//     static constexpr bool kDescAdd;           // wgmma descriptors advanced by one add (mainloop_bf16.cuh)
+//     static constexpr bool kVoteMax;           // the row maxima's quad reductions behind a warp vote (softmax_bf16.cuh)
 //     static constexpr int kDynamicSharedBytes; // what the launch provides (checked against the layout)
 //   };
 #pragma once
+
+#include "ptx.cuh"
 
 #include <cstdint>
 
@@ -40,7 +42,24 @@ struct Bf16 {
   static constexpr int kBoxBytes = 128 * kBoxCols * 2;  // one 128-row box
   static constexpr int kMmaK = 16;                // wgmma K for 16-bit operands
   static constexpr float kPShift = 0.0f;          // P as computed (p_shift 0)
-  static constexpr int tile_bytes(int cols) { return cols / kBoxCols * kBoxBytes; }  // a 128-row tile
+  static constexpr bool kVTransposed = false;
+  static constexpr int kOnesRows = 0;
+  static constexpr int tile_bytes(int cols) { return (cols + kBoxCols - 1) / kBoxCols * kBoxBytes; }  // 128 rows
+  static constexpr int v_tile_bytes(int d_v) { return tile_bytes(d_v); }  // 128 keys x d_v
+};
+
+// FP8 e4m3 operands: boxes of 128 columns (128 bytes) by 128 rows; wgmma reads 8-bit shared-memory operands K-major
+// only, so V arrives transposed (V^T, keys contiguous, from the host's pre-pass). The Config adds kOnesRows: rows
+// of e4m3 ones after each V^T tile (8: the P V product's N = d_v + 8 gives the row sums; 0: none).
+struct E4m3 {
+  static constexpr int kBoxCols = 128;
+  static constexpr int kBoxBytes = 128 * kBoxCols;
+  static constexpr int kMmaK = 32;           // wgmma K for 8-bit operands
+  static constexpr float kPShift = 8.0f;     // P is written 2^8 larger before the e4m3 rounding (p_shift 8)
+  static constexpr bool kVTransposed = true;
+  // d_qk = 192 takes two boxes, the second half zeros
+  static constexpr int tile_bytes(int cols) { return (cols + kBoxCols - 1) / kBoxCols * kBoxBytes; }
+  static constexpr int v_tile_bytes(int d_v) { return d_v * kAtomRowBytes; }  // V^T: d_v rows of 128 keys
 };
 
 // Consumer schedules. PingPong: named barriers make the two consumers take turns issuing their GEMMs, so one's
@@ -50,6 +69,19 @@ struct PingPong {
 };
 struct Independent {
   static constexpr bool kTurns = false;
+};
+
+// The consumer schedule's turns: under PingPong a consumer waits, before issuing GEMMs, until its partner has
+// issued its own, and lets the partner go after; Independent consumers issue at once.
+template <class Schedule>
+struct Turns {
+  uint32_t mine, other;
+  __device__ void acquire() const {
+    if constexpr (Schedule::kTurns) named_barrier_sync(mine, 2 * kThreadsPerWarpgroup);
+  }
+  __device__ void release() const {
+    if constexpr (Schedule::kTurns) named_barrier_arrive(other, 2 * kThreadsPerWarpgroup);
+  }
 };
 
 }  // namespace zyfa

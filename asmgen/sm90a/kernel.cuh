@@ -1,14 +1,17 @@
-// One CTA of the persistent grid: warpgroup 0 the producer (producer.cuh), warpgroups 1 and 2 the consumers
-// (mainloop.cuh), meeting in the shared-memory ring (pipeline.cuh).
+// One CTA of the persistent grid: warpgroup 0 the producer (producer.cuh), warpgroups 1 and 2 the consumers (the
+// element type's main loop: mainloop_bf16.cuh, mainloop_fp8.cuh), meeting in the shared-memory ring (pipeline.cuh).
 #pragma once
 
 #include "config.cuh"
-#include "mainloop.cuh"
 #include "pipeline.cuh"
 #include "producer.cuh"
 #include "ptx.cuh"
 
 namespace zyfa {
+
+// A consumer warpgroup (0 or 1), defined by the kernel's main loop.
+template <class C, class Params>
+__device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, int consumer);
 
 template <class C, class Params>
 __device__ void attention_fwd(const TensorMap* tq, const TensorMap* tk, const TensorMap* tv, const Params& p) {
@@ -20,6 +23,17 @@ __device__ void attention_fwd(const TensorMap* tq, const TensorMap* tk, const Te
   const Barriers bars{smem_u32(smem) + L::kBarriers};
   const int warpgroup = threadIdx.x / kThreadsPerWarpgroup;
 
+  if constexpr (C::kVTransposed) {
+    // The ones rows after every V^T slot, written once: TMA never writes there.
+    constexpr int kOnesWords = C::kOnesRows * kAtomRowBytes / 4;
+    constexpr uint32_t kE4m3OnesWord = 0x38383838u;  // four e4m3 1.0
+    for (int w = threadIdx.x; kOnesWords && w < C::kStages * kOnesWords; w += kThreads) {
+      const int slot = w / kOnesWords;
+      reinterpret_cast<uint32_t*>(smem + L::kV + slot * L::kVBytes + C::v_tile_bytes(C::kDV))[w % kOnesWords] =
+          kE4m3OnesWord;
+    }
+    fence_proxy_async_shared();  // wgmma reads them through the async proxy
+  }
   if (threadIdx.x == 0) {
     tma_prefetch_map(tq);
     tma_prefetch_map(tk);

@@ -1,5 +1,5 @@
 // The producer: one thread of warpgroup 0 walks the CTA's query tiles and loads, with TMA, each tile's Q and then
-// every key tile's K and V into the ring, each completing on its "full" mbarrier once its "empty" one says the
+// every key tile's K and V (V^T for FP8) into the ring, each completing on its "full" mbarrier once its "empty" one says the
 // consumers are done with the slot.
 #pragma once
 
@@ -13,8 +13,6 @@ template <class C, class Params>
 __device__ void produce(const TensorMap* tq, const TensorMap* tk, const TensorMap* tv, uint8_t* smem,
                         const Barriers& bars, const Params& p) {
   using L = SharedLayout<C>;
-  constexpr int kQBoxes = C::kDQk / C::kBoxCols;
-  constexpr int kVBoxes = C::kDV / C::kBoxCols;
   const uint32_t base = smem_u32(smem);
   const int group = p.heads / p.heads_k;
   RingPos<C::kStages> ring;
@@ -25,7 +23,7 @@ __device__ void produce(const TensorMap* tq, const TensorMap* tk, const TensorMa
       mbar_wait(bars.q_empty(), q_parity ^ 1);
       mbar_arrive_expect_tx(bars.q_full(), L::kQBytes);
 #pragma unroll
-      for (int b = 0; b < kQBoxes; ++b)
+      for (int b = 0; b < L::kQBoxes; ++b)
         tma_load_4d(base + L::kQ + b * C::kBoxBytes, tq, bars.q_full(), b * C::kBoxCols, tile * kTileM, job.head,
                     job.batch);
       q_parity ^= 1;
@@ -33,15 +31,22 @@ __device__ void produce(const TensorMap* tq, const TensorMap* tk, const TensorMa
         mbar_wait(bars.k_empty(ring.slot), ring.parity ^ 1);
         mbar_arrive_expect_tx(bars.k_full(ring.slot), L::kKBytes);
 #pragma unroll
-        for (int b = 0; b < kQBoxes; ++b)
+        for (int b = 0; b < L::kQBoxes; ++b)
           tma_load_4d(base + L::kK + ring.slot * L::kKBytes + b * C::kBoxBytes, tk, bars.k_full(ring.slot),
                       b * C::kBoxCols, kt * kTileN, head_k, job.batch);
         mbar_wait(bars.v_empty(ring.slot), ring.parity ^ 1);
-        mbar_arrive_expect_tx(bars.v_full(ring.slot), L::kVBytes);
+        if constexpr (C::kVTransposed) {
+          // V^T is (batch, heads_k, d_v, keys): one box of 128 keys by d_v rows; the ones rows after it stay.
+          mbar_arrive_expect_tx(bars.v_full(ring.slot), C::v_tile_bytes(C::kDV));
+          tma_load_4d(base + L::kV + ring.slot * L::kVBytes, tv, bars.v_full(ring.slot), kt * kTileN, 0, head_k,
+                      job.batch);
+        } else {
+          mbar_arrive_expect_tx(bars.v_full(ring.slot), L::kVBytes);
 #pragma unroll
-        for (int b = 0; b < kVBoxes; ++b)
-          tma_load_4d(base + L::kV + ring.slot * L::kVBytes + b * C::kBoxBytes, tv, bars.v_full(ring.slot),
-                      b * C::kBoxCols, kt * kTileN, head_k, job.batch);
+          for (int b = 0; b < C::kDV / C::kBoxCols; ++b)
+            tma_load_4d(base + L::kV + ring.slot * L::kVBytes + b * C::kBoxBytes, tv, bars.v_full(ring.slot),
+                        b * C::kBoxCols, kt * kTileN, head_k, job.batch);
+        }
         ring.advance();
       }
     });

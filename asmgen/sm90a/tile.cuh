@@ -1,4 +1,5 @@
-// The wgmma accumulator's layout, seen from one thread, with the row reductions and the causal mask that work on it.
+// The wgmma accumulator's layout, seen from one thread, with the row reductions and the causal mask that work on it,
+// and the online softmax's state of the thread's two rows.
 #pragma once
 
 #include <math_constants.h>
@@ -42,5 +43,13 @@ __device__ __forceinline__ void mask_diagonal(float (&s)[64], int row0, int lane
   for (int r = 0; r < 64; ++r)
     if (acc_col(r, lane) > row0 + 8 * acc_half(r)) s[r] = -CUDART_INF_F;
 }
+
+// Row state of the online softmax for the thread's two rows.
+struct RowState {
+  float m[2];  // reference maximum, base-2 scaled units; -inf while unset
+  float l[2];  // this thread's partial row sum (the quad adds its partials at the end)
+};
+// A query tile's row state before its first key tile.
+__device__ __forceinline__ RowState no_rows() { return {{-CUDART_INF_F, -CUDART_INF_F}, {0.0f, 0.0f}}; }
 
 }  // namespace zyfa

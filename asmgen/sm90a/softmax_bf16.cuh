@@ -7,17 +7,7 @@
 #include "ptx.cuh"
 #include "tile.cuh"
 
-#include <math_constants.h>
-
 namespace zyfa {
-
-// Row state of the online softmax for the thread's two rows.
-struct RowState {
-  float m[2];  // reference maximum, base-2 scaled units; -inf while unset
-  float l[2];  // this thread's partial row sum (the quad adds its partials at the end)
-};
-// A query tile's row state before its first key tile.
-__device__ __forceinline__ RowState no_rows() { return {{-CUDART_INF_F, -CUDART_INF_F}, {0.0f, 0.0f}}; }
 
 // Scores of one key tile -> probabilities in place; returns per-row factors for O (1 where m did not move).
 // C::kVoteMax: c > 0, so the maximum of the scaled scores is the scaled maximum, with the same rounding, and a row's

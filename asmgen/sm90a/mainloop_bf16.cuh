@@ -8,26 +8,13 @@
 #include "epilogue.cuh"
 #include "pipeline.cuh"
 #include "ptx.cuh"
-#include "softmax.cuh"
+#include "softmax_bf16.cuh"
 #include "tile.cuh"
 #include "tile_scheduler.cuh"
 
 #include <type_traits>
 
 namespace zyfa {
-
-// The consumer schedule's turns: under PingPong a consumer waits, before issuing GEMMs, until its partner has
-// issued its own, and lets the partner go after; Independent consumers issue at once.
-template <class Schedule>
-struct Turns {
-  uint32_t mine, other;
-  __device__ void acquire() const {
-    if constexpr (Schedule::kTurns) named_barrier_sync(mine, 2 * kThreadsPerWarpgroup);
-  }
-  __device__ void release() const {
-    if constexpr (Schedule::kTurns) named_barrier_arrive(other, 2 * kThreadsPerWarpgroup);
-  }
-};
 
 // S (64x128) = Q K^T for this consumer's rows. C::kDescAdd: each wgmma's descriptors are a tile's base descriptor
 // plus the step's offset (one 32-bit add, smem_desc_advance) rather than encoded from the address (about five
@@ -171,7 +158,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       fence_regs(o);
       release(bars.v_empty(prev.slot));
 
-      store_tile<C>(p, job, tile, consumer, warp, lane, o, st);
+      store_tile<C>(p, job, tile, consumer, warp, lane, o, st, [] { return 1.0f; });
     });
   });
 }
