@@ -77,12 +77,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   float s[64], o[64];
   uint32_t pf[32];  // P fragments read by the next P V
 
-  auto k_tile = [&](const RingPos<C::kStages>& at) { return base + L::kK + at.slot * L::kKBytes; };
-  auto v_tile = [&](const RingPos<C::kStages>& at) { return base + L::kV + at.slot * L::kVBytes; };
-  auto release = [&](uint32_t bar) {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bar);
-  };
+  const ConsumerRing<C> smem_ring{base, lane};
 
   for_each_job(p.jobs, p.num_jobs, [&](const Job& job) {
     for_each_tile(job, [&](int tile) {
@@ -100,14 +95,14 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       mbar_wait(bars.k_full(ring.slot), ring.parity);
       turn.acquire();
       wgmma_fence();
-      issue_qk<C>(s, q_rows, k_tile(ring));
+      issue_qk<C>(s, q_rows, smem_ring.k_tile(ring));
       wgmma_commit();
       turn.release();
       wgmma_wait<0>();
       fence_regs(s);
-      release(bars.k_empty(ring.slot));
+      smem_ring.release(bars.k_empty(ring.slot));
       if (tile == 0) {
-        release(bars.q_empty());
+        smem_ring.release(bars.q_empty());
         mask_diagonal(s, row0, lane);
       }
       softmax_tile<C>(s, st, scale_log2, factor);
@@ -121,24 +116,24 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         mbar_wait(bars.v_full(prev.slot), prev.parity);
         turn.acquire();
         wgmma_fence();
-        issue_qk<C>(s, q_rows, k_tile(ring));
+        issue_qk<C>(s, q_rows, smem_ring.k_tile(ring));
         wgmma_commit();
-        issue_pv<C>(o, pf, v_tile(prev));
+        issue_pv<C>(o, pf, smem_ring.v_tile(prev));
         wgmma_commit();
         turn.release();
         wgmma_wait<1>();  // S of this tile is ready; P V of the previous one may still run
         fence_regs(s);
-        if constexpr (!C::kPinSoftmax) release(bars.k_empty(ring.slot));
+        if constexpr (!C::kPinSoftmax) smem_ring.release(bars.k_empty(ring.slot));
         if constexpr (decltype(diagonal)::value) {
-          release(bars.q_empty());
+          smem_ring.release(bars.q_empty());
           mask_diagonal(s, row0, lane);
         }
         softmax_tile<C>(s, st, scale_log2, factor);
         fence_regs(s);  // the exponentials are done before the wait below, i.e. under the running P V
-        if constexpr (C::kPinSoftmax) release(pinned_address(bars.k_empty(ring.slot), st));
+        if constexpr (C::kPinSoftmax) smem_ring.release(pinned_address(bars.k_empty(ring.slot), st));
         wgmma_wait<0>();
         fence_regs(o);
-        release(bars.v_empty(prev.slot));
+        smem_ring.release(bars.v_empty(prev.slot));
         rescale_o(o, factor);
         pack_p(s, pf);
         prev = ring;
@@ -151,12 +146,12 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       mbar_wait(bars.v_full(prev.slot), prev.parity);
       turn.acquire();
       wgmma_fence();
-      issue_pv<C>(o, pf, v_tile(prev));
+      issue_pv<C>(o, pf, smem_ring.v_tile(prev));
       wgmma_commit();
       turn.release();
       wgmma_wait<0>();
       fence_regs(o);
-      release(bars.v_empty(prev.slot));
+      smem_ring.release(bars.v_empty(prev.slot));
 
       store_tile<C>(p, job, tile, consumer, warp, lane, o, st, [] { return 1.0f; });
     });

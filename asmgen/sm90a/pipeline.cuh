@@ -4,6 +4,7 @@
 #pragma once
 
 #include "config.cuh"
+#include "ptx.cuh"
 
 #include <cstdint>
 
@@ -46,6 +47,21 @@ struct RingPos {
       slot = 0;
       parity ^= 1;
     }
+  }
+};
+
+// A consumer warp's view of the ring: the K and V tiles of a slot, and the release of a buffer (one arrival per
+// warp on its "empty" barrier, once the warp's lanes are done with it).
+template <class C>
+struct ConsumerRing {
+  using L = SharedLayout<C>;
+  uint32_t base;  // the layout's shared-memory address
+  int lane;
+  __device__ uint32_t k_tile(const RingPos<C::kStages>& at) const { return base + L::kK + at.slot * L::kKBytes; }
+  __device__ uint32_t v_tile(const RingPos<C::kStages>& at) const { return base + L::kV + at.slot * L::kVBytes; }
+  __device__ void release(uint32_t bar) const {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar);
   }
 };
 
