@@ -2,12 +2,12 @@
 //
 // One CTA per SM walks a host-built job table (tile_scheduler.cuh). Three warpgroups: the producer loads Q, K and V
 // tiles with TMA into shared memory (producer.cuh, pipeline.cuh); two consumers of 64 query rows each compute
-// S = Q K^T and O += P V with wgmma (mainloop_bf16.cuh) and the softmax in registers (softmax_bf16.cuh), then store O / l and
-// lse (epilogue.cuh). The numerics follow the model of zyfa.numerics (p_mode "bf16"): key tiles in increasing
-// order, a lazily rescaled row maximum (rescale only when a tile's maximum exceeds it by more than tau), p =
-// 2^(x - m) in FP32, the row sum of unrounded p, P = bf16(p), O += P V in FP32, O / l at the end (as O * (1/l)) and
-// lse = ln2 (m + log2 l). Any sequence length: TMA reads rows and keys past seqlen as zeros, causality removes keys
-// past a row's own, and rows past seqlen are not stored (masks_tail in the manifest).
+// S = Q K^T and O += P V with wgmma (mainloop_bf16.cuh) and the softmax in registers (softmax_bf16.cuh), then
+// store O / l and lse (epilogue.cuh). The numerics follow the model of zyfa.numerics (p_mode "bf16"): key tiles in
+// increasing order, a lazily rescaled row maximum (rescale only when a tile's maximum exceeds it by more than tau),
+// p = 2^(x - m) in FP32, the row sum of unrounded p, P = bf16(p), O += P V in FP32, O / l at the end (as
+// O * (1/l)) and lse = ln2 (m + log2 l). Any sequence length: TMA reads rows and keys past seqlen as zeros,
+// causality removes keys past a row's own, and rows past seqlen are not stored (masks_tail in the manifest).
 //
 // "kernel_config.cuh", written by the build for each kernel (config.cuh says what it holds), defines the symbol
 // ZYFA_KERNEL and zyfa::Config.

@@ -1,7 +1,7 @@
 // What configures an sm90a attention kernel: the CTA shape every kernel shares, the element types' traits, and the
-// two consumer schedules. A kernel is one instantiation of the pieces (producer.cuh, mainloop_bf16.cuh, softmax_bf16.cuh,
-// epilogue.cuh, tile_scheduler.cuh) with a `Config`, which the build writes into "kernel_config.cuh" from the
-// kernel's manifest entry (asmgen/sm90a/__init__.py, config_header):
+// two consumer schedules. A kernel is one instantiation of the pieces (producer.cuh, mainloop_bf16.cuh,
+// softmax_bf16.cuh, epilogue.cuh, tile_scheduler.cuh) with a `Config`, which the build writes into
+// "kernel_config.cuh" from the kernel's manifest entry (asmgen/sm90a/__init__.py, config_header):
 //
 //   #define ZYFA_KERNEL <symbol>
 //   struct Config : Bf16 {                      // the element type's traits
@@ -11,7 +11,8 @@
 //     using Schedule = PingPong | Independent;  // how the two consumers issue their GEMMs
 //     static constexpr bool kPinSoftmax;        // the softmax held ahead of the P V wait (softmax_bf16.cuh)
 //     static constexpr bool kDescAdd;           // wgmma descriptors advanced by one add (mainloop_bf16.cuh)
-//     static constexpr bool kVoteMax;           // the row maxima's quad reductions behind a warp vote (softmax_bf16.cuh)
+//     static constexpr bool kVoteMax;           // the row maxima's quad reductions behind a warp vote
+//                                               // (softmax_bf16.cuh)
 //     static constexpr int kDynamicSharedBytes; // what the launch provides (checked against the layout)
 //   };
 #pragma once

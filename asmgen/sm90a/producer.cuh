@@ -1,6 +1,6 @@
 // The producer: one thread of warpgroup 0 walks the CTA's query tiles and loads, with TMA, each tile's Q and then
-// every key tile's K and V (V^T for FP8) into the ring, each completing on its "full" mbarrier once its "empty" one says the
-// consumers are done with the slot.
+// every key tile's K and V (V^T for FP8) into the ring, each completing on its "full" mbarrier once its "empty" one
+// says the consumers are done with the slot.
 #pragma once
 
 #include "pipeline.cuh"
