@@ -63,9 +63,6 @@ struct E4m3 {
   static constexpr int v_tile_bytes(int d_v) { return d_v * kAtomRowBytes; }  // V^T: d_v rows of 128 keys
 };
 
-// How the FP8 kernels write P (the manifest's p_mode): softmax_fp8.cuh.
-enum class PMode { kExact, kLean };
-
 // Consumer schedules. PingPong: named barriers make the two consumers take turns issuing their GEMMs, so one's
 // softmax hides under the other's MMA. Independent: each issues as soon as its inputs are ready.
 struct PingPong {
