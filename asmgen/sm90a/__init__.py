@@ -225,8 +225,8 @@ def fp8_defines(kernel: dict, *, double_p: bool = FP8_DOUBLE_P, overlap: bool = 
     ]
 
 
-# Schedules whose kernels hold the softmax ahead of the P V wait (kPinSoftmax, softmax.cuh) and advance wgmma
-# descriptors from a tile's base by one add (kDescAdd, mainloop.cuh). Measured on the H200 (docs/sm90a.md, "Pinning
+# Schedules whose kernels hold the softmax ahead of the P V wait (kPinSoftmax, softmax_bf16.cuh) and advance wgmma
+# descriptors from a tile's base by one add (kDescAdd, mainloop_bf16.cuh). Measured on the H200 (docs/sm90a.md, "Pinning
 # the softmax"): +0-4% for the independent consumers at S = 8K-32K, d = 128; in ping-pong, where the other
 # consumer's GEMMs already cover the softmax, -1% to +3% there and -5% to -8% at 2K.
 PINNED_SCHEDULES = ("independent",)
