@@ -1,10 +1,10 @@
-"""Accuracy of the FMA-pipe exponential (exp2_poly in asmgen/sm90a/ptx.cuh) on the GPU, against ex2.approx (the
-MUFU instruction the kernels use otherwise) and against exact 2^x (float64).
+"""Accuracy of the FMA-pipe exponential (exp2_poly in asmgen/sm90a/experiments/exp2_poly.cuh) on the GPU, against
+ex2.approx (the MUFU instruction the kernels use) and against exact 2^x (float64).
 
     python ci/gpu_exp2_poly.py [--out DIR]
 
-Compiles a small test kernel that includes ptx.cuh with nvcc, runs both exponentials on every input of a dense set
-over the range the softmax passes them ([-125, 0.5]: x - m <= tau = 0.5), and writes DIR/exp2_poly.json: maximum
+Compiles a small test kernel that includes exp2_poly.cuh with nvcc, runs both exponentials on every input of a dense
+set over the range the softmax passes them ([-125, 0.5]: x - m <= tau = 0.5), and writes DIR/exp2_poly.json: maximum
 relative errors, the maximum relative difference between the two, and how often bf16(p) differs (P of the PV
 product). Exits non-zero when exp2_poly's relative error exceeds MAX_REL_ERROR.
 """
@@ -29,7 +29,7 @@ DENSE = 1 << 26  # evenly spaced inputs over the range, and as many over [-1, 0.
 THREADS = 256
 
 SOURCE = r"""
-#include "ptx.cuh"
+#include "exp2_poly.cuh"
 extern "C" __global__ void exponentials(const float* x, float* poly, float* mufu, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) {
@@ -44,7 +44,8 @@ def build(folder: Path) -> Path:
     (folder / "exponentials.cu").write_text(SOURCE)
     nvcc = os.environ.get("NVCC") or shutil.which("nvcc") or "nvcc"
     subprocess.run([nvcc, "-cubin", "-O3", "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a",
-                    f"-I{HEADER_DIR}", "-o", "exponentials.cubin", "exponentials.cu"], cwd=folder, check=True)
+                    f"-I{HEADER_DIR}", f"-I{HEADER_DIR / 'experiments'}", "-o", "exponentials.cubin",
+                    "exponentials.cu"], cwd=folder, check=True)
     return folder / "exponentials.cubin"
 
 
