@@ -242,18 +242,21 @@ def _cxx_bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def config_header(kernel: dict) -> str:
+def config_header(kernel: dict, *, pin_softmax: bool | None = None, desc_add: bool | None = None,
+                  vote_max: bool | None = None) -> str:
     """kernel_config.cuh of one BF16 kernel: its symbol and zyfa::Config (config.cuh), from its manifest entry and
-    the measured choices above."""
+    the measured choices above. The keywords are choices a measurement variant makes differently
+    (asmgen/sm90a/experiments; default: PINNED_SCHEDULES and VOTE_MAX_KERNELS)."""
     pinned = kernel["schedule"] in PINNED_SCHEDULES
+    votes = (kernel["d_qk"], kernel["schedule"]) in VOTE_MAX_KERNELS
     fields = [
         ("int", "kDQk", kernel["d_qk"]),
         ("int", "kDV", kernel["d_v"]),
         ("int", "kStages", kernel["stages"]),
         ("float", "kTau", f"{float(kernel['rescale_threshold'])!r}f"),
-        ("bool", "kPinSoftmax", _cxx_bool(pinned)),
-        ("bool", "kDescAdd", _cxx_bool(pinned)),
-        ("bool", "kVoteMax", _cxx_bool((kernel["d_qk"], kernel["schedule"]) in VOTE_MAX_KERNELS)),
+        ("bool", "kPinSoftmax", _cxx_bool(pinned if pin_softmax is None else pin_softmax)),
+        ("bool", "kDescAdd", _cxx_bool(pinned if desc_add is None else desc_add)),
+        ("bool", "kVoteMax", _cxx_bool(votes if vote_max is None else vote_max)),
         ("int", "kDynamicSharedBytes", kernel["shared_bytes"] - RESERVED_SHARED),
     ]
     lines = [f"// {kernel['name']}: written by asmgen.sm90a.config_header from its manifest entry",
@@ -275,7 +278,7 @@ def build(kernel: dict, path: Path, **variant) -> None:
             config = fp8_defines(kernel, **variant)
         else:
             config = []
-            (Path(tmp) / "kernel_config.cuh").write_text(config_header(kernel))
+            (Path(tmp) / "kernel_config.cuh").write_text(config_header(kernel, **variant))
         cmd = [nvcc(), *ARCH_FLAGS, *COMPILE_FLAGS, *config, "-o", "kernel.cubin", source]
         result = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
         if result.returncode != 0 or ("warning" in result.stderr.lower() and not os.environ.get("ZYFA_ALLOW_SPILLS")):
