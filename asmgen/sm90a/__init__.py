@@ -71,10 +71,13 @@ def _with_offsets(params: list[dict]) -> list[dict]:
 
 ARGS = _with_offsets(_PARAMS)
 # FP8: the third tensor map is V^T (batch, heads_k, d_v, keys; keys permuted within each 16, see
-# attention_fwd_fp8.cu's pack_p), and the descales are device pointers to float32 (batch, heads_k) tensors.
+# attention_fwd_fp8.cu's pack_p); the descales are device pointers to float32 values per (batch, kv head), read at
+# batch * stride_b + head_k * stride_h (element strides: (0, 0) for one value, a broadcast view's own otherwise).
+_DESCALES = ("q_descale", "k_descale", "v_descale")
 _FP8_PARAMS = [*_PARAMS[:2], {"name": "vt", "type": "tmap"}, *_PARAMS[3:6],
-               {"name": "q_descale", "type": "ptr"}, {"name": "k_descale", "type": "ptr"},
-               {"name": "v_descale", "type": "ptr"}, *_PARAMS[6:]]
+               *({"name": name, "type": "ptr"} for name in _DESCALES),
+               *({"name": f"{name}_stride_{dim}", "type": "i32"} for name in _DESCALES for dim in "bh"),
+               *_PARAMS[6:]]
 FP8_ARGS = _with_offsets(_FP8_PARAMS)
 
 

@@ -87,9 +87,12 @@ struct Params {
   uint16_t* out;
   float* lse;
   const int* jobs;
-  const float* q_descale;  // (batch, heads_k), contiguous
+  const float* q_descale;  // per (batch, kv head): descale[batch * stride_b + head_k * stride_h]
   const float* k_descale;
   const float* v_descale;
+  int q_descale_stride_b, q_descale_stride_h;  // elements; (0, 0) for one value, a broadcast view any others
+  int k_descale_stride_b, k_descale_stride_h;
+  int v_descale_stride_b, v_descale_stride_h;
   int num_jobs;
   int seqlen;
   int heads;
@@ -335,8 +338,10 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   for (int index = blockIdx.x; index < p.num_jobs; index += gridDim.x) {
     const Job job = load_job(p.jobs, index);
     if (job.num_tiles() == 0) continue;  // a slot that pads the table: its batch and head are -1
-    const int kv = job.batch * p.heads_k + job.head / group;
-    const float c = __fmul_rn(__fmul_rn(p.scale_log2, p.q_descale[kv]), p.k_descale[kv]);  // the model's order
+    const int head_k = job.head / group;
+    const float qd = p.q_descale[job.batch * p.q_descale_stride_b + head_k * p.q_descale_stride_h];
+    const float kd = p.k_descale[job.batch * p.k_descale_stride_b + head_k * p.k_descale_stride_h];
+    const float c = __fmul_rn(__fmul_rn(p.scale_log2, qd), kd);  // the model's order
     for (int i = 0; i < job.num_tiles(); ++i) {
       const int tile = job.tile(i);
       const int diag_row = consumer * kRowsPerConsumer + 16 * warp + lane / 4;
@@ -453,7 +458,9 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       for (int h = 0; h < 2; ++h) {
         const float l = kOnes ? st.l[h] : quad_sum(st.l[h]);  // the ones columns give every lane the whole sum
         const float inv_l = 1.0f / l;
-        const float scale = inv_l * p.v_descale[kv];  // loaded here: a register fewer through the key loop
+        // loaded here: registers fewer through the key loop
+        const float scale = inv_l * p.v_descale[job.batch * p.v_descale_stride_b +
+                                                (job.head / group) * p.v_descale_stride_h];
         const int q = row + 8 * h;
         if (q < p.seqlen) {
           uint16_t* out = p.out + job.batch * p.out_stride_b + q * p.out_stride_s + job.head * p.out_stride_h;
@@ -524,10 +531,13 @@ static_assert(ZYFA_D_QK % zyfa::fp8::kMmaK == 0 && ZYFA_D_QK <= 256, "d_qk must 
 extern "C" __global__ void __launch_bounds__(zyfa::fp8::kThreads, 1)
     ZYFA_KERNEL(const __grid_constant__ zyfa::TensorMap q, const __grid_constant__ zyfa::TensorMap k,
                 const __grid_constant__ zyfa::TensorMap vt, uint16_t* out, float* lse, const int* jobs,
-                const float* q_descale, const float* k_descale, const float* v_descale, int num_jobs, int seqlen,
-                int heads, int heads_k, float scale_log2, long long out_stride_b, long long out_stride_s,
-                long long out_stride_h) {
-  const zyfa::fp8::Params p{out, lse, jobs, q_descale, k_descale, v_descale, num_jobs, seqlen, heads, heads_k,
-                            scale_log2, out_stride_b, out_stride_s, out_stride_h};
+                const float* q_descale, const float* k_descale, const float* v_descale, int q_descale_stride_b,
+                int q_descale_stride_h, int k_descale_stride_b, int k_descale_stride_h, int v_descale_stride_b,
+                int v_descale_stride_h, int num_jobs, int seqlen, int heads, int heads_k, float scale_log2,
+                long long out_stride_b, long long out_stride_s, long long out_stride_h) {
+  const zyfa::fp8::Params p{out, lse, jobs, q_descale, k_descale, v_descale, q_descale_stride_b, q_descale_stride_h,
+                            k_descale_stride_b, k_descale_stride_h, v_descale_stride_b, v_descale_stride_h,
+                            num_jobs, seqlen, heads, heads_k, scale_log2, out_stride_b, out_stride_s,
+                            out_stride_h};
   zyfa::fp8::attention_fwd<ZYFA_D_QK, ZYFA_D_V, ZYFA_STAGES, ZYFA_PINGPONG != 0>(&q, &k, &vt, p);
 }
