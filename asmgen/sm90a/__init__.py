@@ -143,8 +143,8 @@ def _kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
 
 FP8_BOX_COLS = 128  # e4m3 columns per TMA box: 128 bytes, the 128-byte swizzle's width
 FP8_ONES_ROWS = 8  # rows of e4m3 ones after each V^T tile: the P V product's N = d_v + 8 gives the row sums
-# Depth of the K/V^T ring per p_mode: a third slot measured +1-4% for exact P at d = 128 and +3-9% at d_qk = 192 from
-# S = 4K (none at 32K), and 0-6% slower for lean P from 8K (docs/sm90a.md, "Lean P and the exponential wall").
+# Depth of the K/V^T ring per p_mode: a third slot measured 0 to +4% for exact P at d = 128 (none at 32K) and +2% to
+# +9% at d_qk = 192 from 4K, and -11% to +1% for lean P (docs/sm90a.md, "Lean P and the exponential wall").
 FP8_STAGES = {"exact": 3, "lean": 2}
 
 

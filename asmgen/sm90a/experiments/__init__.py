@@ -3,7 +3,9 @@
     python -m asmgen.sm90a.experiments DIR [--only NAME ...]
 
 Each variant is a shipped FP8 kernel with one choice changed; DIR gets the cubins and a manifest that the FP8
-benchmark (benchmarks/sm90a_fp8.py --variants DIR) times and checks against the model like the shipped kernels.
+benchmark (benchmarks/sm90a_fp8.py --variants DIR) and `measure.py --variants DIR` here (the shipped kernels, the
+variants and FA3 FP8 in one run: accuracy against the model and float64, then speed) time and check against the
+model like the shipped kernels.
 A variant that does not fit the registers (ptxas spills, which fails the build) is reported and left out.
 """
 
