@@ -7,6 +7,8 @@ benchmark (benchmarks/sm90a_fp8.py --variants DIR) and `measure.py --variants DI
 variants and FA3 FP8 in one run: accuracy against the model and float64, then speed) time and check against the
 model like the shipped kernels.
 A variant that does not fit the registers (ptxas spills, which fails the build) is reported and left out.
+Variants that need code the shipped source does not hold are kept as patches here (exp2_poly.patch: exponentials on
+the FMA pipe for a share of exact P's scores).
 """
 
 from __future__ import annotations
