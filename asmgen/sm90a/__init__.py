@@ -1,9 +1,9 @@
 """sm90a (Hopper) kernels: CUDA C++ with inline PTX, compiled by nvcc into cubins.
 
-The build driver (asmgen.build) reads KERNELS and calls build() and inspect() for each entry. A BF16 kernel is one
-compilation of attention_fwd.cu, the pieces of the kernel family (config.cuh lists them) instantiated with the
-zyfa::Config that config_header() writes from the kernel's manifest entry: the entry and the compiled configuration
-come from the same dict, so they cannot disagree.
+The build driver (asmgen.build) reads KERNELS and calls build() and inspect() for each entry. A kernel is one
+compilation of its element type's entry point (attention_fwd.cu, attention_fwd_fp8.cu): the pieces of the kernel
+family (config.cuh lists them) instantiated with the zyfa::Config that config_header() writes from the kernel's
+manifest entry. The entry and the compiled configuration come from the same dict, so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ TILE_M = 128  # query rows per CTA tile: two consumer warpgroups of 64 rows
 TILE_N = 128  # keys per tile
 THREADS = 384  # producer warpgroup + two consumer warpgroups
 STAGES = 2  # depth of the K/V shared-memory ring (one Q buffer: a second measured 1-4% slower, docs/sm90a.md)
-BOX_BYTES = 128 * 64 * 2  # one TMA box: 128 rows of 64 BF16 columns (128 bytes, the swizzle width)
+BOX_ROW_BYTES = 128  # a TMA box's row: the 128-byte swizzle's width (64 BF16 or 128 e4m3 columns)
 SWIZZLE_ALIGN = 1024  # boxes start on the 128-byte swizzle's 1024-byte period; the launch adds that much slack
 BARRIER_BYTES = 8
 
@@ -69,10 +69,13 @@ def _with_offsets(params: list[dict]) -> list[dict]:
 
 ARGS = _with_offsets(_PARAMS)
 # FP8: the third tensor map is V^T (batch, heads_k, d_v, keys; keys permuted within each 16, see
-# attention_fwd_fp8.cu's pack_p), and the descales are device pointers to float32 (batch, heads_k) tensors.
+# softmax_fp8.cuh's pack_p); the descales are device pointers to float32 values per (batch, kv head), read at
+# batch * stride_b + head_k * stride_h (element strides: (0, 0) for one value, a broadcast view's own otherwise).
+_DESCALES = ("q_descale", "k_descale", "v_descale")
 _FP8_PARAMS = [*_PARAMS[:2], {"name": "vt", "type": "tmap"}, *_PARAMS[3:6],
-               {"name": "q_descale", "type": "ptr"}, {"name": "k_descale", "type": "ptr"},
-               {"name": "v_descale", "type": "ptr"}, *_PARAMS[6:]]
+               *({"name": name, "type": "ptr"} for name in _DESCALES),
+               *({"name": f"{name}_stride_{dim}", "type": "i32"} for name in _DESCALES for dim in "bh"),
+               *_PARAMS[6:]]
 FP8_ARGS = _with_offsets(_FP8_PARAMS)
 
 
@@ -81,13 +84,13 @@ RESERVED_SHARED = 1024
 MAX_SHARED = 227 * 1024  # the most one CTA may use on sm_90
 
 
-def dynamic_shared_bytes(d_qk: int, d_v: int, stages: int = STAGES) -> int:
-    """Dynamic shared memory of one CTA (pipeline.cuh): a Q tile, `stages` K and V tiles, mbarriers (Q full/empty;
-    per K/V slot K and V full/empty), alignment slack."""
-    q_bytes = d_qk // 64 * BOX_BYTES
-    v_bytes = d_v // 64 * BOX_BYTES
-    barriers = (2 + 4 * stages) * BARRIER_BYTES
-    return q_bytes + stages * (q_bytes + v_bytes) + barriers + SWIZZLE_ALIGN
+def dynamic_shared_bytes(element_bytes: int, d_qk: int, d_v: int, stages: int, ones_rows: int = 0) -> int:
+    """Dynamic shared memory of one CTA (pipeline.cuh): a Q tile of 128 rows in boxes of 128 bytes (d_qk = 192 in
+    e4m3 takes two, the second half zeros), `stages` K and V tiles (FP8: V^T, with `ones_rows` rows of ones after
+    each), mbarriers (Q full/empty; per K/V slot K and V full/empty), alignment slack."""
+    q_bytes = -(-d_qk * element_bytes // BOX_ROW_BYTES) * TILE_M * BOX_ROW_BYTES
+    v_bytes = (d_v * element_bytes + ones_rows) * TILE_N
+    return q_bytes + stages * (q_bytes + v_bytes) + (2 + 4 * stages) * BARRIER_BYTES + SWIZZLE_ALIGN
 
 
 # Consumer schedules: "pingpong" (the two consumer warpgroups alternate issuing their GEMMs) measured faster up to
@@ -104,65 +107,67 @@ def _seqlen_range(schedule: str) -> dict:
     return {"seqlen_min": INDEPENDENT_FROM_SEQLEN, "seqlen_max": None}
 
 
-def _kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
+def _entry(dtype: str, d_qk: int, d_v: int, schedule: str, variant: str = "", **fields) -> dict:
+    """The manifest entry of one kernel: what every sm90a kernel shares, then the element type's `fields`."""
     dims = f"d{d_qk}" if d_qk == d_v else f"d{d_qk}_{d_v}"
-    name = f"sm90a_fwd_bf16_{dims}_{schedule}"
+    name = f"sm90a_fwd_{'bf16' if dtype == 'bf16' else 'fp8'}_{dims}_{variant}{schedule}"
     return {
         "name": name,
         "symbol": f"zyfa_{name}",
         "file": f"{name}.cubin",
-        "dtype": "bf16",
+        "dtype": dtype,
         "d_qk": d_qk,
         "d_v": d_v,
-        "p_mode": "bf16",
-        "p_mode_default": True,
-        "p_shift": 0,
-        "rowsum": "fp32",
         "tile_m": TILE_M,
         "tile_n": TILE_N,
         "scale_block": None,
-        "rescale_threshold": tau,
         "threads": THREADS,
-        "shared_bytes": dynamic_shared_bytes(d_qk, d_v) + RESERVED_SHARED,  # all the CTA needs: static + dynamic
         "grid": "persistent",
-        "stages": STAGES,
         "schedule": schedule,
-        **_seqlen_range(schedule),
         "offset_bits": 64,
         "masks_tail": True,
-        "args": ARGS,
+        **fields,
     }
+
+
+def _bf16_kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
+    return _entry(
+        "bf16", d_qk, d_v, schedule,
+        p_mode="bf16",
+        p_mode_default=True,
+        p_shift=0,
+        rowsum="fp32",
+        rescale_threshold=tau,
+        shared_bytes=dynamic_shared_bytes(2, d_qk, d_v, STAGES) + RESERVED_SHARED,  # all the CTA needs
+        stages=STAGES,
+        **_seqlen_range(schedule),
+        args=ARGS,
+    )
 
 
 # ---- FP8 (e4m3): attention_fwd_fp8.cu --------------------------------------------------------------------------
 
-FP8_BOX_COLS = 128  # e4m3 columns per TMA box: 128 bytes, the 128-byte swizzle's width
 FP8_ONES_ROWS = 8  # rows of e4m3 ones after each V^T tile: the P V product's N = d_v + 8 gives the row sums
-FP8_STAGES = 2
-# Whether the FP8 kernels hold two sets of P fragments, so that a tile's P is packed under the running P V (1;
-# ptxas spills then), or pack it after the P V wait (0, the shipped kernels)
-FP8_DOUBLE_P = False
+# Depth of the K/V^T ring per p_mode: a third slot measured 0 to +4% for exact P at d = 128 (none at 32K) and +2% to
+# +9% at d_qk = 192 from 4K, and -11% to +1% for lean P (docs/sm90a.md, "Lean P and the exponential wall").
+FP8_STAGES = {"exact": 3, "lean": 2}
 
 
-# How the FP8 kernels' row sum l adds a tile's probabilities (ZYFA_ROWSUM): "ones" the ones columns of the P V
+# How the FP8 kernels' row sum l adds a tile's probabilities (Config::kRowsum): "ones" the ones columns of the P V
 # product (rowsum "rounded", but in the tensor core's truncating accumulator), "fp32" the unrounded FP32 p (rowsum
 # "fp32", FA3's way), "f16" the rounded P from the packed fragments, summed in f16x2 then FP32 (rowsum "rounded").
-FP8_ROWSUM_METHODS = {"ones": (0, "rounded"), "fp32": (1, "fp32"), "f16": (2, "rounded")}
+FP8_ROWSUM_METHODS = {"ones": ("Rowsum::kOnes", "rounded"), "fp32": ("Rowsum::kFp32", "fp32"),
+                      "f16": ("Rowsum::kF16", "rounded")}
 # Measured on the H200 (docs/sm90a.md, "FP8"): "ones" loses the small probabilities of a tile whose P spans more than
 # the accumulator's 13 bits (an attention sink): 1.4-2.7x the model's error on activation-like inputs; "fp32" is
 # back at FA3's error on Gaussian inputs (1.15x ours); "f16" matches the model within 2% on all of them.
 FP8_ROWSUM_METHOD = "f16"
-# Whether a tile's softmax runs under the same consumer's P V of the previous tile (ZYFA_OVERLAP 1) or after both
-# GEMMs, with the other consumer's GEMMs under it (0): 0 measured 3-9% faster on the H200.
-FP8_OVERLAP = False
 
 
-def fp8_dynamic_shared_bytes(d_qk: int, d_v: int, stages: int = FP8_STAGES, ones: bool = True) -> int:
-    """Q (boxes of 128 columns: d_qk = 192 takes two, the second half zeros), `stages` K and V^T (+ ones) tiles,
-    mbarriers, alignment slack."""
-    qk_bytes = -(-d_qk // FP8_BOX_COLS) * TILE_M * FP8_BOX_COLS
-    vt_bytes = (d_v + FP8_ONES_ROWS * ones) * TILE_N
-    return qk_bytes + stages * (qk_bytes + vt_bytes) + (2 + 4 * stages) * BARRIER_BYTES + SWIZZLE_ALIGN
+def fp8_shared_bytes(d_qk: int, d_v: int, stages: int, rowsum_method: str) -> int:
+    """shared_bytes of an FP8 kernel (static + dynamic): ones rows after each V^T tile for rowsum_method "ones"."""
+    ones_rows = FP8_ONES_ROWS if rowsum_method == "ones" else 0
+    return dynamic_shared_bytes(1, d_qk, d_v, stages, ones_rows) + RESERVED_SHARED
 
 
 # FP8 consumers issue independently at every length: the ping-pong form does not fit its registers (S 64, the
@@ -170,59 +175,35 @@ def fp8_dynamic_shared_bytes(d_qk: int, d_v: int, stages: int = FP8_STAGES, ones
 FP8_SCHEDULES = ("independent",)
 
 
-def _fp8_kernel(d_qk: int, d_v: int, schedule: str, stages: int = FP8_STAGES,
-                rowsum_method: str = FP8_ROWSUM_METHOD) -> dict:
-    dims = f"d{d_qk}" if d_qk == d_v else f"d{d_qk}_{d_v}"
-    name = f"sm90a_fwd_fp8_{dims}_{schedule}"
-    return {
-        "name": name,
-        "symbol": f"zyfa_{name}",
-        "file": f"{name}.cubin",
-        "dtype": "fp8e4m3",
-        "d_qk": d_qk,
-        "d_v": d_v,
-        "p_mode": "exact",
-        "p_mode_default": True,
-        "p_shift": 8,
-        "rowsum": FP8_ROWSUM_METHODS[rowsum_method][1],
-        "rowsum_method": rowsum_method,
-        "tile_m": TILE_M,
-        "tile_n": TILE_N,
-        "scale_block": None,
-        "rescale_threshold": 0.125,
-        "threads": THREADS,
-        "shared_bytes": fp8_dynamic_shared_bytes(d_qk, d_v, stages, rowsum_method == "ones") + RESERVED_SHARED,
-        "grid": "persistent",
-        "stages": stages,
-        "schedule": schedule,
-        "seqlen_min": None,  # the one schedule serves every length
-        "seqlen_max": None,
-        "offset_bits": 64,
-        "masks_tail": True,
-        "v_transposed": True,  # the third tensor map is V^T with keys permuted within each 16 (host pre-pass)
-        "args": FP8_ARGS,
-    }
+# FP8 p_modes: "exact" (the default) and "lean" (the API's p_mode="lean").
+FP8_P_MODES = ("exact", "lean")
+FP8_DEFAULT_P_MODE = "exact"
 
 
-BF16_KERNELS: list[dict] = [_kernel(d_qk, d_v, tau, schedule)
+def _fp8_kernel(d_qk: int, d_v: int, schedule: str, p_mode: str, rowsum_method: str = FP8_ROWSUM_METHOD) -> dict:
+    stages = FP8_STAGES[p_mode]
+    return _entry(
+        "fp8e4m3", d_qk, d_v, schedule, "lean_" if p_mode == "lean" else "",
+        p_mode=p_mode,
+        p_mode_default=p_mode == FP8_DEFAULT_P_MODE,
+        p_shift=8,
+        rowsum=FP8_ROWSUM_METHODS[rowsum_method][1],
+        rowsum_method=rowsum_method,
+        rescale_threshold=0.125,
+        shared_bytes=fp8_shared_bytes(d_qk, d_v, stages, rowsum_method),
+        stages=stages,
+        seqlen_min=None,  # the one schedule serves every length
+        seqlen_max=None,
+        v_transposed=True,  # the third tensor map is V^T with keys permuted within each 16 (host pre-pass)
+        args=FP8_ARGS,
+    )
+
+
+BF16_KERNELS: list[dict] = [_bf16_kernel(d_qk, d_v, tau, schedule)
                             for d_qk, d_v, tau in ((128, 128, 0.5), (192, 128, 8.0)) for schedule in SCHEDULES]
-FP8_KERNELS: list[dict] = [_fp8_kernel(d_qk, 128, schedule) for d_qk in (128, 192) for schedule in FP8_SCHEDULES]
+FP8_KERNELS: list[dict] = [_fp8_kernel(d_qk, 128, schedule, p_mode) for p_mode in FP8_P_MODES for d_qk in (128, 192)
+                           for schedule in FP8_SCHEDULES]
 KERNELS: list[dict] = BF16_KERNELS + FP8_KERNELS
-
-
-def fp8_defines(kernel: dict, *, double_p: bool = FP8_DOUBLE_P, overlap: bool = FP8_OVERLAP) -> list[str]:
-    """Preprocessor configuration of one FP8 kernel (double_p, overlap: see FP8_DOUBLE_P, FP8_OVERLAP)."""
-    return [
-        f"-DZYFA_KERNEL={kernel['symbol']}",
-        f"-DZYFA_D_QK={kernel['d_qk']}",
-        f"-DZYFA_D_V={kernel['d_v']}",
-        f"-DZYFA_STAGES={kernel['stages']}",
-        f"-DZYFA_DYNAMIC_SHARED_BYTES={kernel['shared_bytes'] - RESERVED_SHARED}",
-        f"-DZYFA_PINGPONG={int(kernel['schedule'] == 'pingpong')}",
-        f"-DZYFA_DOUBLE_P={int(double_p)}",
-        f"-DZYFA_OVERLAP={int(overlap)}",
-        f"-DZYFA_ROWSUM={FP8_ROWSUM_METHODS[kernel['rowsum_method']][0]}",
-    ]
 
 
 # Schedules whose kernels hold the softmax ahead of the P V wait (kPinSoftmax, softmax_bf16.cuh) and advance wgmma
@@ -244,42 +225,50 @@ def _cxx_bool(value: bool) -> str:
 
 def config_header(kernel: dict, *, pin_softmax: bool | None = None, desc_add: bool | None = None,
                   vote_max: bool | None = None) -> str:
-    """kernel_config.cuh of one BF16 kernel: its symbol and zyfa::Config (config.cuh), from its manifest entry and
-    the measured choices above. The keywords are choices a measurement variant makes differently
+    """kernel_config.cuh of one kernel: its symbol and zyfa::Config (config.cuh), from its manifest entry and the
+    measured choices above. The keywords are BF16 choices a measurement variant makes differently
     (asmgen/sm90a/experiments; default: PINNED_SCHEDULES and VOTE_MAX_KERNELS)."""
-    pinned = kernel["schedule"] in PINNED_SCHEDULES
-    votes = (kernel["d_qk"], kernel["schedule"]) in VOTE_MAX_KERNELS
     fields = [
         ("int", "kDQk", kernel["d_qk"]),
         ("int", "kDV", kernel["d_v"]),
         ("int", "kStages", kernel["stages"]),
         ("float", "kTau", f"{float(kernel['rescale_threshold'])!r}f"),
-        ("bool", "kPinSoftmax", _cxx_bool(pinned if pin_softmax is None else pin_softmax)),
-        ("bool", "kDescAdd", _cxx_bool(pinned if desc_add is None else desc_add)),
-        ("bool", "kVoteMax", _cxx_bool(votes if vote_max is None else vote_max)),
-        ("int", "kDynamicSharedBytes", kernel["shared_bytes"] - RESERVED_SHARED),
     ]
+    if kernel["dtype"] == "bf16":
+        element = "Bf16"
+        pinned = kernel["schedule"] in PINNED_SCHEDULES
+        votes = (kernel["d_qk"], kernel["schedule"]) in VOTE_MAX_KERNELS
+        fields += [
+            ("bool", "kPinSoftmax", _cxx_bool(pinned if pin_softmax is None else pin_softmax)),
+            ("bool", "kDescAdd", _cxx_bool(pinned if desc_add is None else desc_add)),
+            ("bool", "kVoteMax", _cxx_bool(votes if vote_max is None else vote_max)),
+        ]
+    else:
+        if (pin_softmax, desc_add, vote_max) != (None, None, None):
+            raise ValueError(f"{kernel['name']}: pin_softmax, desc_add and vote_max are BF16 choices")
+        element = "E4m3"
+        fields += [
+            ("PMode", "kPMode", "PMode::kLean" if kernel["p_mode"] == "lean" else "PMode::kExact"),
+            ("Rowsum", "kRowsum", FP8_ROWSUM_METHODS[kernel["rowsum_method"]][0]),
+            ("int", "kOnesRows", FP8_ONES_ROWS if kernel["rowsum_method"] == "ones" else 0),
+        ]
+    fields.append(("int", "kDynamicSharedBytes", kernel["shared_bytes"] - RESERVED_SHARED))
     lines = [f"// {kernel['name']}: written by asmgen.sm90a.config_header from its manifest entry",
              "#pragma once", "", '#include "config.cuh"', "", f"#define ZYFA_KERNEL {kernel['symbol']}", "",
-             "namespace zyfa {", "struct Config : Bf16 {",
+             "namespace zyfa {", f"struct Config : {element} {{",
              *(f"  static constexpr {t} {name} = {value};" for t, name, value in fields),
              f"  using Schedule = {_SCHEDULE_TYPES[kernel['schedule']]};", "};", "}  // namespace zyfa", ""]
     return "\n".join(lines)
 
 
 def build(kernel: dict, path: Path, **variant) -> None:
-    """Compile `kernel` into a cubin at `path`. nvcc runs in a temporary folder on a copy of the sources, so the
-    object does not depend on the checkout's location."""
+    """Compile `kernel` into a cubin at `path` (`variant`: config_header's keywords). nvcc runs in a temporary folder
+    on a copy of the sources and the generated config, so the object does not depend on the checkout's location."""
     with tempfile.TemporaryDirectory() as tmp:
         for src in SOURCE_DIR.glob("*.cu*"):
             shutil.copy(src, Path(tmp) / src.name)
-        source = SOURCES[kernel["dtype"]]
-        if kernel["dtype"] == "fp8e4m3":
-            config = fp8_defines(kernel, **variant)
-        else:
-            config = []
-            (Path(tmp) / "kernel_config.cuh").write_text(config_header(kernel, **variant))
-        cmd = [nvcc(), *ARCH_FLAGS, *COMPILE_FLAGS, *config, "-o", "kernel.cubin", source]
+        (Path(tmp) / "kernel_config.cuh").write_text(config_header(kernel, **variant))
+        cmd = [nvcc(), *ARCH_FLAGS, *COMPILE_FLAGS, "-o", "kernel.cubin", SOURCES[kernel["dtype"]]]
         result = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
         if result.returncode != 0 or ("warning" in result.stderr.lower() and not os.environ.get("ZYFA_ALLOW_SPILLS")):
             raise RuntimeError(f"nvcc failed for {kernel['name']}:\n{result.stderr}")

@@ -1,18 +1,24 @@
 // What configures an sm90a attention kernel: the CTA shape every kernel shares, the element types' traits, and the
-// two consumer schedules. A kernel is one instantiation of the pieces (producer.cuh, mainloop_bf16.cuh,
-// softmax_bf16.cuh, epilogue.cuh, tile_scheduler.cuh) with a `Config`, which the build writes into
-// "kernel_config.cuh" from the kernel's manifest entry (asmgen/sm90a/__init__.py, config_header):
+// two consumer schedules. A kernel is one instantiation of the pieces (producer.cuh, the element type's main loop
+// and softmax: mainloop_bf16.cuh and softmax_bf16.cuh or mainloop_fp8.cuh and softmax_fp8.cuh, epilogue.cuh,
+// tile_scheduler.cuh) with a `Config`, which the build writes into "kernel_config.cuh" from the kernel's manifest
+// entry (asmgen/sm90a/__init__.py, config_header):
 //
 //   #define ZYFA_KERNEL <symbol>
-//   struct Config : Bf16 {                      // the element type's traits
+//   struct Config : Bf16 | E4m3 {               // the element type's traits
 //     static constexpr int kDQk, kDV;           // head dims
 //     static constexpr int kStages;             // depth of the K/V ring
 //     static constexpr float kTau;              // rescale threshold of the lazy row maximum, base-2 units
 //     using Schedule = PingPong | Independent;  // how the two consumers issue their GEMMs
+//     // BF16:
 //     static constexpr bool kPinSoftmax;        // the softmax held ahead of the P V wait (softmax_bf16.cuh)
 //     static constexpr bool kDescAdd;           // wgmma descriptors advanced by one add (mainloop_bf16.cuh)
 //     static constexpr bool kVoteMax;           // the row maxima's quad reductions behind a warp vote
 //                                               // (softmax_bf16.cuh)
+//     // FP8:
+//     static constexpr PMode kPMode;            // exact or lean P (softmax_fp8.cuh)
+//     static constexpr Rowsum kRowsum;          // how l sums a tile's probabilities (mainloop_fp8.cuh)
+//     static constexpr int kOnesRows;           // rows of e4m3 ones after each V^T tile (Rowsum::kOnes: 8)
 //     static constexpr int kDynamicSharedBytes; // what the launch provides (checked against the layout)
 //   };
 #pragma once
@@ -62,6 +68,12 @@ struct E4m3 {
   static constexpr int tile_bytes(int cols) { return (cols + kBoxCols - 1) / kBoxCols * kBoxBytes; }
   static constexpr int v_tile_bytes(int d_v) { return d_v * kAtomRowBytes; }  // V^T: d_v rows of 128 keys
 };
+
+// How the FP8 kernels write P (the manifest's p_mode, softmax_fp8.cuh) and sum l (mainloop_fp8.cuh): the ones
+// columns of the P V product (the rounded P, in the tensor core's truncating accumulator), the unrounded FP32 p
+// (FA3's way), or the rounded P from the packed fragments, in f16x2 (exact conversion, rounded additions) then FP32.
+enum class PMode { kExact, kLean };
+enum class Rowsum { kOnes, kFp32, kF16 };
 
 // Consumer schedules. PingPong: named barriers make the two consumers take turns issuing their GEMMs, so one's
 // softmax hides under the other's MMA. Independent: each issues as soon as its inputs are ready.

@@ -9,10 +9,11 @@ import torch
 
 import zyfa_kernels
 from asmgen import sm90a as sources
+from zyfa import numerics
 from zyfa.backends import sm90a
 
 
-def acc_col(reg: int, lane: int) -> int:  # attention_fwd_fp8.cu: accumulator register -> key column
+def acc_col(reg: int, lane: int) -> int:  # tile.cuh: accumulator register -> key column
     return 8 * (reg // 4) + 2 * (lane % 4) + (reg % 2)
 
 
@@ -50,11 +51,12 @@ def test_transposed_v_pads_keys_with_zeros():
     assert torch.equal(bhsd.view(torch.uint8), vt.view(torch.uint8))
 
 
+@pytest.mark.parametrize("p_mode", [None, "lean"])
 @pytest.mark.parametrize("d_qk", [128, 192])
-def test_fp8_entries_carry_the_contract(d_qk):
-    k = sm90a.find_kernel(torch.float8_e4m3fn, d_qk, 128, 8192)
-    assert (k.p_mode, k.p_mode_default, k.p_shift, k.rowsum, k.rescale_threshold) == ("exact", True, 8, "rounded",
-                                                                                       0.125)
+def test_fp8_entries_carry_the_contract(d_qk, p_mode):
+    k = sm90a.find_kernel(torch.float8_e4m3fn, d_qk, 128, 8192, p_mode)
+    assert (k.p_mode, k.p_mode_default, k.p_shift, k.rowsum, k.rescale_threshold) == (
+        p_mode or "exact", p_mode is None, 8, "rounded", 0.125)
     assert k.scale_block is None and k.masks_tail and k.v_transposed and k.offset_bits == 64
     assert (k.tile_m, k.tile_n, k.seqlen_min, k.seqlen_max) == (128, 128, None, None)
     assert k.resources["local_bytes"] == 0 and k.resources["stack_bytes"] == 0
@@ -88,8 +90,46 @@ def test_fp8_kernels_have_their_own_source_and_layout():
     for entry in sources.KERNELS:
         if entry["dtype"] != "fp8e4m3":
             continue
-        flags = sources.fp8_defines(entry)
-        assert f"-DZYFA_DYNAMIC_SHARED_BYTES={entry['shared_bytes'] - sources.RESERVED_SHARED}" in flags
+        header = sources.config_header(entry)
+        assert f"kDynamicSharedBytes = {entry['shared_bytes'] - sources.RESERVED_SHARED};" in header
+        assert "struct Config : E4m3 {" in header
+        assert f"kPMode = PMode::{'kLean' if entry['p_mode'] == 'lean' else 'kExact'};" in header
         assert sources.SOURCES[entry["dtype"]] == "attention_fwd_fp8.cu"
         assert entry["shared_bytes"] <= sources.MAX_SHARED
         assert zyfa_kernels.manifest().find("sm90a", name=entry["name"]).args == entry["args"]
+
+
+def fp32(x):
+    return np.asarray(x, dtype=np.float64).astype(np.float32)
+
+
+def test_lean_codes_of_the_saturating_fma_follow_the_model():
+    """softmax_fp8.cuh's lean_p, emulated in float64 (each FP32 operation rounded once, a fused multiply-add
+    exact before its rounding): v = sat(s c/16 + fp32(120 - 8m)/128), code = rne(128 v) (the FMA with 1.5 2^23).
+    The codes equal the model's max(0, rne(8 (x - m) + 120)) but for the FMA's fusion (rare one-code steps), and
+    masked keys (-inf) give code 0."""
+    rng = np.random.default_rng(0)
+    scores = fp32(rng.standard_normal(1 << 20) * 20)
+    scores[::97] = -np.inf
+    c = fp32(fp32(0.0883883476) * fp32(1.4426950409) * fp32(1.7))
+    m = fp32(fp32(np.max(scores) * c) - fp32(0.1))  # a row maximum below the tile's by less than tau
+    scale, bias = fp32(c * fp32(8 / 128)), fp32(fp32(120 - fp32(8 * m)) / 128)
+    with np.errstate(invalid="ignore"):
+        v = np.clip(fp32(scores.astype(np.float64) * scale + bias), 0, 1)
+    codes = np.round(v.astype(np.float64) * 128).astype(np.int64)  # half to even, like the 1.5 2^23 addition
+    t = torch.from_numpy(fp32(fp32(scores * c) - m))
+    model = numerics.lean_codes(t, 8).numpy().astype(np.int64)
+    assert codes.max() <= 121 and model.max() <= 121  # the P range guard at tau 0.125
+    assert (codes[::97] == 0).all()
+    assert np.abs(codes - model).max() <= 1 and (codes != model).mean() < 1e-4
+
+
+def test_gather_low_bytes_puts_the_codes_in_pack_p_order():
+    """ptx.cuh gather_low_bytes: PRMT selectors 0x0040 then 0x5410 (PTX prmt: nibble i of the selector picks byte
+    i of the result from {a bytes 0-3, b bytes 4-7}) leave the low bytes of b0..b3 in result bytes 0..3."""
+    def prmt(a, b, selector):
+        pool = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
+        return sum(pool[(selector >> (4 * i)) & 0x7] << (8 * i) for i in range(4))
+
+    regs = [0x4B400000 | code for code in (0x12, 0x34, 0x56, 0x78)]  # FP32 bits K + code
+    assert prmt(prmt(regs[0], regs[1], 0x0040), prmt(regs[2], regs[3], 0x0040), 0x5410) == 0x78563412

@@ -2,11 +2,15 @@
 
     python -m asmgen.sm90a.experiments DIR [--only NAME ...]
 
-Each variant is a shipped kernel with one choice changed (a manifest field, or a build keyword: for BF16 a
-config_header keyword); DIR gets the cubins and a manifest that the benchmarks (benchmarks/sm90a_bf16.py,
-sm90a_fp8.py --variants DIR) time and check against the model like the shipped kernels. A BF16 variant equal to its
-shipped kernel is left out, and so is one that does not fit the registers (ptxas spills, which fails the build:
-reported) or shared memory.
+Each variant is a shipped kernel with one choice of its Config changed (a manifest field, or a
+config_header keyword: BF16 only); DIR gets the cubins and a manifest that the FP8
+benchmark (benchmarks/sm90a_fp8.py --variants DIR) and `measure.py --variants DIR` here (the shipped kernels, the
+variants and FA3 FP8 in one run: accuracy against the model and float64, then speed) time and check against the
+model like the shipped kernels.
+A variant equal to its shipped kernel is left out, and so is one that does not fit the registers (ptxas spills,
+which fails the build: reported) or shared memory. benchmarks/sm90a_bf16.py --variants DIR times the BF16 ones.
+Variants that need code the shipped source does not hold are kept as patches here (exp2_poly.patch: exponentials on
+the FMA pipe for a share of exact P's scores).
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ import sys
 from pathlib import Path
 
 from .. import (
-    FP8_STAGES,
     KERNELS,
     MAX_SHARED,
     RESERVED_SHARED,
@@ -25,28 +28,25 @@ from .. import (
     build,
     config_header,
     dynamic_shared_bytes,
-    fp8_dynamic_shared_bytes,
+    fp8_shared_bytes,
     inspect,
 )
 
-# name -> (manifest changes, build keywords): variants of each shipped BF16 kernel
+# name -> (manifest changes, build keywords, the p_modes of the shipped kernels it is built from), per element type
 BF16_VARIANTS = {
-    "unpinned": ({}, {"pin_softmax": False, "desc_add": False}),  # the softmax left to ptxas (independent kernels)
-    "pin_desc": ({}, {"pin_softmax": True, "desc_add": True}),  # pinned, descriptors by one add (ping-pong kernels)
+    "unpinned": ({}, {"pin_softmax": False, "desc_add": False}, ("bf16",)),  # softmax left to ptxas (independent)
+    "pin_desc": ({}, {"pin_softmax": True, "desc_add": True}, ("bf16",)),  # pinned, descriptors by one add (ping-pong)
     # the warp vote on the row maxima: bitwise the same results, which the GPU check then requires
-    "vote": ({"same_results_as_shipped": True}, {"vote_max": True}),
-    "no_vote": ({"same_results_as_shipped": True}, {"vote_max": False}),
-    "stages3": ({"stages": STAGES + 1}, {}),  # a third K/V ring slot (fits at d = 128 only)
+    "vote": ({"same_results_as_shipped": True}, {"vote_max": True}, ("bf16",)),
+    "no_vote": ({"same_results_as_shipped": True}, {"vote_max": False}, ("bf16",)),
+    "stages3": ({"stages": STAGES + 1}, {}, ("bf16",)),  # a third K/V ring slot (fits at d = 128 only)
 }
-# name -> (manifest changes, build keywords): variants of each shipped FP8 kernel
 FP8_VARIANTS = {
-    "overlap": ({}, {"overlap": True}),  # the softmax under the consumer's own P V (pinned ahead of its wait)
-    "ones": ({"rowsum_method": "ones", "rowsum": "rounded"}, {}),  # l from the ones columns of P V (N = 136)
-    "fp32sum": ({"rowsum_method": "fp32", "rowsum": "fp32"}, {}),  # l of the unrounded p (FA3's way)
-    "overlap_ones": ({"rowsum_method": "ones", "rowsum": "rounded"}, {"overlap": True}),
-    "stages3": ({"stages": FP8_STAGES + 1}, {}),  # a third K/V^T ring slot
-    "double_p": ({}, {"overlap": True, "double_p": True}),  # P packed under the running P V (spills)
-    "pingpong": ({"schedule": "pingpong"}, {}),  # ping-pong consumers (spills)
+    "ones": ({"rowsum_method": "ones", "rowsum": "rounded"}, {}, ("exact", "lean")),  # l from P V's ones columns
+    "fp32sum": ({"rowsum_method": "fp32", "rowsum": "fp32"}, {}, ("exact",)),  # l of the unrounded p (FA3's way)
+    "stages2": ({"stages": 2}, {}, ("exact",)),  # the K/V^T ring one slot shallower than shipped
+    "stages3": ({"stages": 3}, {}, ("lean",)),  # one slot deeper
+    "pingpong": ({"schedule": "pingpong"}, {}, ("exact", "lean")),  # ping-pong consumers (spills)
 }
 
 
@@ -54,27 +54,23 @@ VARIANTS = {"bf16": BF16_VARIANTS, "fp8e4m3": FP8_VARIANTS}
 NAMES = sorted({name for variants in VARIANTS.values() for name in variants})
 
 
-def _same_as_shipped(entry: dict, kernel: dict, flags: dict) -> bool:
-    return kernel["dtype"] == "bf16" and config_header({**entry, "name": kernel["name"]}, **flags) == \
-        config_header(kernel)
-
-
 def build_variants(folder: Path, names=None) -> list[dict]:
     folder.mkdir(parents=True, exist_ok=True)
     entries = []
     for kernel in KERNELS:
-        for suffix, (changes, flags) in VARIANTS[kernel["dtype"]].items():
-            if names and suffix not in names:
+        for suffix, (changes, flags, p_modes) in VARIANTS[kernel["dtype"]].items():
+            if (names and suffix not in names) or kernel["p_mode"] not in p_modes:
                 continue
             entry = {**kernel, **changes, "name": f"{kernel['name']}_{suffix}",
                      "file": f"{kernel['name']}_{suffix}.cubin"}
             if kernel["dtype"] == "fp8e4m3":
-                entry["shared_bytes"] = fp8_dynamic_shared_bytes(entry["d_qk"], entry["d_v"], entry["stages"],
-                                                                 entry["rowsum_method"] == "ones") + RESERVED_SHARED
+                entry["shared_bytes"] = fp8_shared_bytes(entry["d_qk"], entry["d_v"], entry["stages"],
+                                                         entry["rowsum_method"])
             else:
-                entry["shared_bytes"] = dynamic_shared_bytes(entry["d_qk"], entry["d_v"], entry["stages"]) + \
+                entry["shared_bytes"] = dynamic_shared_bytes(2, entry["d_qk"], entry["d_v"], entry["stages"]) + \
                     RESERVED_SHARED
-            if entry["shared_bytes"] > MAX_SHARED or _same_as_shipped(entry, kernel, flags):
+            if entry["shared_bytes"] > MAX_SHARED or \
+                    config_header({**entry, "name": kernel["name"]}, **flags) == config_header(kernel):
                 continue
             path = folder / entry["file"]
             try:

@@ -51,11 +51,6 @@ def test_every_built_kernel_is_in_the_manifest_as_described():
 
 def test_each_schedule_compiles_its_issue_order():
     for entry in sources.KERNELS:
-        if entry["dtype"] == "fp8e4m3":
-            flags = sources.fp8_defines(entry)
-            assert f"-DZYFA_PINGPONG={int(entry['schedule'] == 'pingpong')}" in flags
-            assert f"-DZYFA_DYNAMIC_SHARED_BYTES={entry['shared_bytes'] - sources.RESERVED_SHARED}" in flags
-            continue
         header = sources.config_header(entry)
         assert f"using Schedule = {'PingPong' if entry['schedule'] == 'pingpong' else 'Independent'};" in header
         assert f"kDynamicSharedBytes = {entry['shared_bytes'] - sources.RESERVED_SHARED};" in header

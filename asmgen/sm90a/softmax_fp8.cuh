@@ -1,0 +1,94 @@
+// The online softmax of the FP8 kernels, on a consumer thread's two rows of a 64x128 score tile: a lazily rescaled
+// row maximum (tau 0.125), then P as the P V product's e4m3 A fragments, either exact, P8 = e4m3(2^(x - m + 8))
+// (p_mode "exact"), or as lean codes, the e4m3 value whose bit pattern is max(0, rne(8 (x - m) + 120)) (p_mode
+// "lean": two FMA-pipe instructions per score, no MUFU). Numerics: zyfa.numerics with p_shift 8.
+#pragma once
+
+#include "ptx.cuh"
+#include "tile.cuh"
+
+namespace zyfa {
+
+// Lean P's code of 2^y is 8 y + 56 (e4m3: 3 mantissa bits, 1.0 is code 56), so 8 (x - m) + 56 + 8 p_shift.
+constexpr float kLeanCodeOffset = 56.0f + 8.0f * E4m3::kPShift;  // 120: the code of the row maximum
+// The codes are formed in [0, 1] as (8 (x - m) + 120) / 128 by a saturating FMA (the clamp at code 0 for free;
+// codes stay <= 121 by the P range guard), then an FMA by 128 plus 1.5 * 2^23 rounds them to an integer in the
+// low mantissa bits (FMA pipe only: a float->int conversion would take the MUFU pipe, which ex2 needs).
+constexpr float kLeanCodeScale = 128.0f;
+constexpr float kRoundToInteger = 12582912.0f;  // 1.5 * 2^23: x + this has rne(x) in its low mantissa bits
+
+// The lazy row maximum of one key tile's scores: it moves when the tile's maximum exceeds it by more than tau, and
+// factor[h] = 2^(m_old - m_new) is returned for O and l (1 where it did not move). A warp vote skips the quad
+// reductions when no partial maximum exceeds m + tau (the row maximum cannot move then: the results are the same).
+template <class C>
+__device__ __forceinline__ void row_maxima(const float (&s)[64], RowState& st, float c, float (&factor)[2]) {
+  float local[2];
+  partial_maxima(s, local);
+  factor[0] = factor[1] = 1.0f;
+  // c > 0: the maximum of the scaled scores is the scaled maximum, with the same rounding
+  if (__any_sync(0xffffffff, local[0] * c > st.m[0] + C::kTau || local[1] * c > st.m[1] + C::kTau)) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float mt = quad_max(local[h]) * c;
+      if (mt > st.m[h] + C::kTau) {
+        factor[h] = ex2(st.m[h] - mt);
+        st.m[h] = mt;
+      }
+    }
+  }
+}
+
+// Exact P: scores -> 2^(x - m + 8) in place (FP32, rounded to e4m3 by pack_p), x - m + 8 as one FMA.
+template <class C>
+__device__ __forceinline__ void exact_p(float (&s)[64], const RowState& st, float c) {
+  const float bias[2] = {C::kPShift - st.m[0], C::kPShift - st.m[1]};
+#pragma unroll
+  for (int r = 0; r < 64; ++r) s[r] = ex2(fmaf(s[r], c, bias[acc_half(r)]));
+}
+
+// Lean P: scores -> e4m3 codes max(0, rne(8 (x - m) + 120)), gathered four to a register in pack_p's order.
+__device__ __forceinline__ void lean_p(const float (&s)[64], const RowState& st, float c, uint32_t (&pf)[16]) {
+  const float scale = c * (8.0f / kLeanCodeScale);  // exact: a power of two
+  const float bias[2] = {(kLeanCodeOffset - 8.0f * st.m[0]) / kLeanCodeScale,
+                         (kLeanCodeOffset - 8.0f * st.m[1]) / kLeanCodeScale};
+  auto code = [&](int r) {  // FP32 whose low byte is the code
+    return __float_as_uint(fmaf(fma_sat(s[r], scale, bias[acc_half(r)]), kLeanCodeScale, kRoundToInteger));
+  };
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = 16 * k + 8 * (j / 2) + 2 * (j % 2);  // as pack_p
+      pf[4 * k + j] = gather_low_bytes(code(r), code(r + 1), code(r + 4), code(r + 5));
+    }
+}
+
+// P (FP32, S accumulator layout) -> e4m3 A fragments of the P V product, four k = 32 steps of four registers.
+// The A operand's register j of a step holds row half j%2, k columns 4(l%4) + {0..3} (+16 for j >= 2); the
+// accumulator holds key columns 2(l%4) + {0, 1, 8, 9} (+16) there. Rather than move bytes between lanes, V^T's keys
+// are stored permuted (the host's pre-pass): A column 4t + 2a + b holds key 8a + 2t + b of each 16, so these
+// registers are the fragments as they stand.
+__device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[16]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = 16 * k + 8 * (j / 2) + 2 * (j % 2);  // first of registers r, r+1 (keys 2t, 2t+1), r+4, r+5
+      pf[4 * k + j] = pack_e4m3x4(s[r], s[r + 1], s[r + 4], s[r + 5]);
+    }
+}
+
+// The softmax of one key tile: row maxima (factor for O and l), then P as e4m3 A fragments.
+template <class C>
+__device__ __forceinline__ void probabilities(float (&s)[64], RowState& st, float c, float (&factor)[2],
+                                              uint32_t (&pf)[16]) {
+  row_maxima<C>(s, st, c, factor);
+  if constexpr (C::kPMode == PMode::kLean) {
+    lean_p(s, st, c, pf);
+  } else {
+    exact_p<C>(s, st, c);
+    pack_p(s, pf);
+  }
+}
+
+}  // namespace zyfa
