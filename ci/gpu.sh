@@ -5,8 +5,8 @@
 #
 # On sm90a (H100/H200):
 #   ci/gpu.sh [STAGE ...]     stages: install sass check sanitize bench (default: all, in that order), and on
-#                             request: exp2 (accuracy of the FMA-pipe exponential), variants (the measurement
-#                             variants of asmgen/sm90a/experiments against the model), profile (Nsight Compute,
+#                             request: exp2 (accuracy of the FMA-pipe exponential), variants (the BF16
+#                             measurement variants of asmgen/sm90a/experiments against the model), profile (Nsight Compute,
 #                             ci/profile_sm90a.py)
 # On gfx950 (MI355X):
 #   ci/gpu.sh [STAGE ...]     stages: install check bench summary (default: all, in that order), and on request:
@@ -108,7 +108,7 @@ for stage in "${stages[@]}"; do
       ;;
     variants)
       variants=$(mktemp -d)
-      "$PY" -m asmgen.sm90a.experiments "$variants"
+      "$PY" -m asmgen.sm90a.experiments "$variants" --dtype bf16  # the FP8 ones: asmgen/sm90a/experiments/measure.py
       "$PY" ci/gpu_check.py --variants "$variants" --out "$OUT"
       ;;
     bench)

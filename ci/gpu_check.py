@@ -5,8 +5,9 @@ determinism, CUDA graph capture and replay, torch.compile, and a tensor over 4 G
 kernel that masks its last tiles on lengths that are no multiple of them, unpadded.
 
     python ci/gpu_check.py [--out DIR] [--small]     (--small: one tiny configuration, for compute-sanitizer)
-    python ci/gpu_check.py --variants DIR            (the accuracy checks and determinism of each kernel variant
-                                                      of DIR/manifest.json, from python -m asmgen.sm90a.experiments)
+    python ci/gpu_check.py --variants DIR            (the accuracy checks and determinism of each BF16 kernel
+                                                      variant of DIR/manifest.json, from
+                                                      python -m asmgen.sm90a.experiments --dtype bf16)
 Writes DIR/gpu_check.json (gpu_check_variants.json) and exits non-zero when a check fails.
 """
 

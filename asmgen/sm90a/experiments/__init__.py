@@ -1,6 +1,6 @@
 """Measurement variants of the sm90a kernels: built on request, never shipped.
 
-    python -m asmgen.sm90a.experiments DIR [--only NAME ...]
+    python -m asmgen.sm90a.experiments DIR [--only NAME ...] [--dtype bf16|fp8e4m3 ...]
 
 Each variant is a shipped kernel with one choice of its Config changed (a manifest field, or a config_header
 keyword: BF16 only); DIR gets the cubins and a manifest that the benchmarks (benchmarks/sm90a_bf16.py and
@@ -53,10 +53,11 @@ VARIANTS = {"bf16": BF16_VARIANTS, "fp8e4m3": FP8_VARIANTS}
 NAMES = sorted({name for variants in VARIANTS.values() for name in variants})
 
 
-def build_variants(folder: Path, names=None) -> list[dict]:
+def build_variants(folder: Path, names=None, dtypes=None) -> list[dict]:
+    """Build the variants `names` (default: all) of the shipped kernels of `dtypes` (default: all) into `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     entries = []
-    for kernel in KERNELS:
+    for kernel in (k for k in KERNELS if not dtypes or k["dtype"] in dtypes):
         for suffix, (changes, flags, p_modes) in VARIANTS[kernel["dtype"]].items():
             if (names and suffix not in names) or kernel["p_mode"] not in p_modes:
                 continue
