@@ -4,6 +4,7 @@
 // "lean": two FMA-pipe instructions per score, no MUFU). Numerics: zyfa.numerics with p_shift 8.
 #pragma once
 
+#include "config.cuh"
 #include "ptx.cuh"
 #include "tile.cuh"
 
