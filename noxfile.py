@@ -73,7 +73,8 @@ def _run_tests(session: nox.Session) -> None:
     _ensure_llvm(session)
     _install(session, "pytest", "hypothesis", "numpy", "matplotlib", *HF_TEST_PACKAGES, *BUILD_TOOLS)
     session.run("python", "-m", "asmgen.build", "--check")
-    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "packages", "asmgen", *session.posargs)
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "packages", "asmgen", "ci", "benchmarks",
+                *session.posargs)
 
 
 @nox.session
