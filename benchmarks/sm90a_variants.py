@@ -1,7 +1,8 @@
 """Build sm90a kernel variants that leave one stage of the schedule out or change one choice, with a manifest the
-benchmark (benchmarks/sm90a_bf16.py) and the GPU check (ci/gpu_check.py --variants) can load.
+benchmark (python -m zyfa_tools.bench --variants DIR) and the GPU check (python -m ci.gpu_check --variants DIR)
+can load.
 
-    python benchmarks/sm90a_variants.py DIR [--only NAME ...] [--d-qk 128] [--schedules pingpong independent]
+    python -m benchmarks.sm90a_variants DIR [--only NAME ...] [--d-qk 128] [--schedules pingpong independent]
 
 Variants of each kernel: no intra-warpgroup overlap (QK^T of the next tile waits for P V of the current one),
 neither overlap nor ping-pong, x - m with the model's two roundings instead of one FMA, a ring one stage deeper
@@ -17,7 +18,7 @@ give bitwise the same results. Two leave a stage out for timing only (their resu
 wrong): no_exp (p = m + tau - c s instead of 2^(c s - m): MUFU idle) and no_softmax (P = bf16(S)). By default only
 the ping-pong kernels get variants. They are for measurement only and never shipped.
 
-ci/gpu.sh runs this script with the folder alone; env SM90A_VARIANT_ARGS supplies further arguments there (and
+ci/gpu.sh runs this module with the folder alone; env SM90A_VARIANT_ARGS supplies further arguments there (and
 makes its bench stage time them), e.g. SM90A_VARIANT_ARGS="--only unpinned --schedules independent".
 """
 
@@ -31,9 +32,8 @@ import shlex
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from asmgen import sm90a  # noqa: E402
-from asmgen.build import VERSION  # noqa: E402
+from asmgen import sm90a
+from asmgen.build import VERSION
 
 DEEPER = f"stages{sm90a.STAGES + 1}"  # a third K/V ring slot
 POLY_EXP2_GROUPS = (2, 4, 6)  # of 16: 1/8, 1/4 and 3/8 of the exponentials off the MUFU pipe
@@ -61,7 +61,7 @@ VARIANTS = {
     "no_softmax": {"leave_out": 2},
 }
 # Variants whose outputs must equal the shipped kernels' bit for bit: their manifest entries say so, and
-# ci/gpu_check.py --variants then compares them with every shipped kernel of their head dims.
+# python -m ci.gpu_check --variants then compares them with every shipped kernel of their head dims.
 SAME_RESULTS = ("vote", "no_vote", "speculate")
 # Keys of a variant that change the kernel's shared-memory layout (manifest fields) rather than a build keyword;
 # such variants exist only where the layout fits (a third K/V slot or a second Q buffer: d = 128 only).

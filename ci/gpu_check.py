@@ -4,9 +4,9 @@ determinism, CUDA graph capture and replay, torch.compile, and a tensor over 4 G
 (model configured from their manifest entries, activation-like and Gaussian inputs, the descale forms), and every
 kernel that masks its last tiles on lengths that are no multiple of them, unpadded.
 
-    python ci/gpu_check.py [--out DIR] [--small]     (--small: one tiny configuration, for compute-sanitizer)
-    python ci/gpu_check.py --variants DIR            (the accuracy checks and determinism of each kernel variant
-                                                      of DIR/manifest.json, from benchmarks/sm90a_variants.py)
+    python -m ci.gpu_check [--out DIR] [--small]     (--small: one tiny configuration, for compute-sanitizer)
+    python -m ci.gpu_check --variants DIR            (the accuracy checks and determinism of each kernel variant
+                                                      of DIR/manifest.json, from python -m benchmarks.sm90a_variants)
 Writes DIR/gpu_check.json (gpu_check_variants.json) and exits non-zero when a check fails.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -26,10 +25,12 @@ import zyfa
 import zyfa_kernels
 from zyfa import numerics
 from zyfa.backends import sm90a
-from zyfa_tools.reference import attention_fp64
+from zyfa_tools.bench.contenders import model_kwargs
+from zyfa_tools.bench.protocol import watchdog
+from zyfa_tools.reference import attention_fp64, bf16_ulps
+from zyfa_tools.reference import relative_rms_error as rel_rms
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_common import bf16_ulps, model_kwargs, print_items, rel_rms, watchdog  # noqa: E402
+from .gpu_common import poison_allocator, print_items
 
 HEAD_DIMS = tuple(sorted({(k.d_qk, k.d_v) for k in zyfa_kernels.manifest().of("sm90a")}))  # from the manifest
 TAU = {128: 0.5, 192: 8.0}  # the kernels' rescale thresholds (manifest rescale_threshold)
@@ -69,12 +70,6 @@ def inputs(batch, seqlen, heads, heads_k, d_qk, d_v, layout, *, std=STD, seed=0)
 
 def as_bshd(t, layout):
     return t if layout == "bshd" else t.transpose(1, 2)
-
-
-def poison_allocator(nbytes: int) -> None:
-    """Fill memory the caching allocator will hand out next with NaN, so unwritten outputs show."""
-    block = torch.full((nbytes // 4 + 1,), math.nan, device="cuda")
-    del block
 
 
 def attn(q, k, v, layout):

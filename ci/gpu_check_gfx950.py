@@ -5,8 +5,8 @@ with float64 attention on the decoded inputs, every output element written (pois
 determinism, HIP graph capture and replay after a first call, torch.compile(fullgraph=True), and tensors over 4 GiB.
 The cases and tolerances are in ci/gfx950_validation.py.
 
-    python ci/gpu_check_gfx950.py [--out DIR] [--small]
-    ZYFA_BACKEND=reference python ci/gpu_check_gfx950.py --expect-backend reference --out DIR
+    python -m ci.gpu_check_gfx950 [--out DIR] [--small]
+    ZYFA_BACKEND=reference python -m ci.gpu_check_gfx950 --expect-backend reference --out DIR
         (a rehearsal on another GPU: the same script through the reference backend, whose key tile is its own)
 Writes DIR/gpu_check_gfx950.json (gpu_check_gfx950_small.json) and exits non-zero when a check fails.
 """
@@ -30,11 +30,11 @@ import zyfa_kernels
 from zyfa import backends, numerics
 from zyfa.backends import reference as reference_backend
 from zyfa_tools import inputs
-from zyfa_tools.reference import attention_fp64
+from zyfa_tools.reference import attention_fp64, bf16_ulps
+from zyfa_tools.reference import relative_rms_error as rel_rms
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gfx950_validation as cfg  # noqa: E402
-from gpu_common import bf16_ulps, poison_allocator, print_items, rel_rms  # noqa: E402
+from . import gfx950_validation as cfg
+from .gpu_common import poison_allocator, print_items
 
 FP8 = torch.float8_e4m3fn
 TARGET = "gfx950"

@@ -4,7 +4,6 @@ measured have the structure their docs claim (docs/sm90a.md). Needs nvcc and cuo
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -16,9 +15,6 @@ from asmgen import sm90a
 from asmgen.sm90a import sass
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("sm90a_variants", ROOT / "benchmarks" / "sm90a_variants.py")
-variants_script = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(variants_script)
 
 
 PREPARED = ("cross_tile", "q2", "q2_cross_tile", "vote", "no_vote", "speculate", "no_exp", "no_softmax")
@@ -28,8 +24,8 @@ PREPARED = ("cross_tile", "q2", "q2_cross_tile", "vote", "no_vote", "speculate",
 def prepared(tmp_path_factory):
     """The variants docs/sm90a.md measured last, built as the benchmark builds them."""
     folder = tmp_path_factory.mktemp("variants")
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sm90a_variants.py"), str(folder), "--only",
-                    *PREPARED, "--schedules", "pingpong", "independent"], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "benchmarks.sm90a_variants", str(folder), "--only", *PREPARED,
+                    "--schedules", "pingpong", "independent"], cwd=ROOT, check=True, capture_output=True)
     return folder, json.loads((folder / "manifest.json").read_text())["kernels"]
 
 

@@ -16,12 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[3]
-CI = ROOT / "ci"
-sys.path.insert(0, str(CI))
+from ci import gfx950_validation as cfg
+from ci import gpu_target
 
-import gfx950_validation as cfg  # noqa: E402
-import gpu_target  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+CI = ROOT / "ci"
 
 # ---- detection --------------------------------------------------------------------------------------------------
 
@@ -101,10 +100,10 @@ def test_no_gpu_stops_before_any_stage(tmp_path):
 
 
 def fake_python(tmp_path, failing: str) -> Path:
-    """A python that fails on `failing` (a script path) and runs every other command with this interpreter."""
+    """A python that fails on `-m failing` (a module) and runs every other command with this interpreter."""
     path = tmp_path / "python"
-    path.write_text(f'#!/usr/bin/env bash\nif [ "$1" = "{failing}" ]; then echo "{failing} failed" >&2; exit 1; fi\n'
-                    f'exec "{sys.executable}" "$@"\n')
+    path.write_text(f'#!/usr/bin/env bash\nif [ "$1 $2" = "-m {failing}" ]; then echo "{failing} failed" >&2; exit 1; '
+                    f'fi\nexec "{sys.executable}" "$@"\n')
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
     return path
 
@@ -114,7 +113,7 @@ def test_gfx950_failures_do_not_stop_later_stages(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / cfg.CHECK_JSON).write_text(json.dumps(check_report(ok=False)))
-    python = fake_python(tmp_path, "ci/gpu_check_gfx950.py")
+    python = fake_python(tmp_path, "ci.gpu_check_gfx950")
     result = subprocess.run(["bash", "ci/gpu.sh", "check", "summary"], cwd=ROOT, capture_output=True, text=True,
                             env={**os.environ, "OUT": str(out), "GPU_TARGET": "gfx950", "PYTHON": str(python)},
                             timeout=120)
@@ -186,7 +185,7 @@ def test_verdict(changes, expected):
 
 @pytest.fixture
 def check_module(monkeypatch):
-    import gpu_check_gfx950 as check
+    from ci import gpu_check_gfx950 as check
 
     monkeypatch.setattr(check, "DEVICE", "cpu")
     monkeypatch.delenv("ZYFA_BACKEND", raising=False)
@@ -313,7 +312,7 @@ def test_rotation():
 
 @pytest.mark.filterwarnings("ignore:.*(Flash attention|Memory efficient|Memory Efficient)")
 def test_bench_problem_and_errors_on_the_cpu(monkeypatch):
-    import bench_gfx950 as bench
+    from ci import bench_gfx950 as bench
 
     monkeypatch.setattr(bench, "DEVICE", "cpu")
     monkeypatch.delenv("ZYFA_BACKEND", raising=False)
@@ -338,22 +337,22 @@ def test_bench_problem_and_errors_on_the_cpu(monkeypatch):
 def test_bench_script_on_the_cpu(monkeypatch, tmp_path, capsys):
     """The benchmark's main with the device timing replaced (the CPU has none): rows, declined peers, the sustained
     rows, the JSON, the markdown table, and the table printed last."""
-    import bench_gfx950 as bench
+    from ci import bench_gfx950 as bench
 
     monkeypatch.setattr(bench, "DEVICE", "cpu")
     monkeypatch.delenv("ZYFA_BACKEND", raising=False)
     monkeypatch.setitem(sys.modules, "aiter", None)
 
-    def fake_timed(fn, calls, warmup):
-        fn()
-        return 2.0, "graph"
+    class FakeClock:
+        def kernel_ms(self, fn, calls, warmup):
+            fn()
+            return 2.0, "graph"
 
-    def fake_sustained(fn, **protocol):
-        fn()
-        return [4.0] * protocol["repeats"]
+        def sustained_ms(self, fn, mode):
+            fn()
+            return [4.0] * mode.repeats
 
-    monkeypatch.setattr(bench, "timed_ms", fake_timed)
-    monkeypatch.setattr(bench, "sustained_time_ms", fake_sustained)
+    monkeypatch.setattr(bench, "CLOCK", FakeClock())
     args = ["--out", str(tmp_path), "--seqlens", "256", "--heads", "4", "--rounds", "2", "--sustained-seqlens", "256",
             "--quick-sustained", "--idle", "0"]
     assert bench.main(args) == 0
@@ -374,7 +373,7 @@ def test_bench_script_on_the_cpu(monkeypatch, tmp_path, capsys):
 
 
 def test_missing_aiter_is_a_note(monkeypatch):
-    import bench_gfx950 as bench
+    from ci import bench_gfx950 as bench
 
     monkeypatch.setitem(sys.modules, "aiter", None)  # import fails
     fn, why = bench.find_aiter()
