@@ -40,32 +40,52 @@ struct Staged {
   bf16x8 k[K_LOADS], v[V_LOADS];
 };
 
-ZYFA_DEVICE void fetch(Staged& st, const P& p, int b, int hk, int key0, int tid) {
+// The K rows of the tile at k_key0 and the V rows of the tile at v_key0 (the same tile but in the two-tile
+// pipeline, where a stage holds K one tile ahead of V).
+ZYFA_DEVICE void fetch(Staged& st, const P& p, int b, int hk, int k_key0, int v_key0, int tid) {
 #pragma unroll
   for (int j = 0; j < K_LOADS; ++j) {
     const int i = tid + j * THREADS, row = i / (D_QK / VEC), col = i % (D_QK / VEC) * VEC;
-    st.k[j] = *(const bf16x8*)&p.k[offset(p.k_stride, b, key0 + row, hk) + col];
+    st.k[j] = *(const bf16x8*)&p.k[offset(p.k_stride, b, k_key0 + row, hk) + col];
   }
 #pragma unroll
   for (int j = 0; j < V_LOADS; ++j) {
     const int i = tid + j * THREADS, row = i / (D_V / VEC), col = i % (D_V / VEC) * VEC;
-    st.v[j] = *(const bf16x8*)&p.v[offset(p.v_stride, b, key0 + row, hk) + col];
+    st.v[j] = *(const bf16x8*)&p.v[offset(p.v_stride, b, v_key0 + row, hk) + col];
   }
 }
 
-// K row-major, V transposed ([d_v][key]) into LDS slot `slot`.
-ZYFA_DEVICE void store(Lds& lds, int slot, const Staged& st, int tid) {
+// K row-major into LDS slot `slot`.
+ZYFA_DEVICE void store_k(Lds& lds, int slot, const Staged& st, int tid) {
 #pragma unroll
   for (int j = 0; j < K_LOADS; ++j) {
     const int i = tid + j * THREADS, row = i / (D_QK / VEC), col = i % (D_QK / VEC) * VEC;
     *(bf16x8*)&lds.k[slot][row * K_STRIDE + col] = st.k[j];
   }
+}
+
+// K row-major, V transposed ([d_v][key]) into LDS slot `slot`.
+ZYFA_DEVICE void store(Lds& lds, int slot, const Staged& st, int tid) {
+  store_k(lds, slot, st, tid);
 #pragma unroll
   for (int j = 0; j < V_LOADS; ++j) {
     const int i = tid + j * THREADS, row = i / (D_V / VEC), col = i % (D_V / VEC) * VEC;
 #pragma unroll
     for (int e = 0; e < VEC; ++e) lds.vt[slot][(col + e) * VT_STRIDE + row] = st.v[j][e];
   }
+}
+
+// s += K Q^T (S^T) of one 64-key tile from the K part of LDS slot `slot`, as two 32-key halves (matrix priority).
+ZYFA_DEVICE void scores(const Lds& lds, int slot, const bf16x8 (&qop)[QK_CHUNKS], f32x16 (&s)[2], int g, int lane) {
+  __builtin_amdgcn_s_setprio(1);
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int i = 0; i < QK_CHUNKS; ++i) {
+      const bf16x8 kop = *(const bf16x8*)&lds.k[slot][(32 * half + lane % 32) * K_STRIDE + CHUNK * i + 8 * g];
+      s[half] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(kop, qop[i], s[half], 0, 0, 0);
+    }
+  __builtin_amdgcn_s_setprio(0);
 }
 
 // Softmax of one score tile (x = c s, the causal mask, lazy rescaling, p = 2^(x - m)) and O += bf16(p) V.
@@ -121,6 +141,68 @@ ZYFA_DEVICE void softmax_pv(const Lds& lds, int slot, f32x16 (&s)[2], float& m, 
       }
 }
 
+#ifdef ZYFA_TWO_TILES
+// Ping-pong with two score tiles in flight (d = 128). Iteration i issues QK(i+1) (into the other score registers),
+// passes barrier B2, then runs softmax and PV of tile i, whose scores QK(i) issued one iteration earlier: the
+// softmax never waits for the MFMAs just issued, which run in the matrix pipe under it. LDS slot i % 2 holds
+// stage i = {K of tile i+1, V^T of tile i}, so iteration i reads only stage i (K before B2, V^T after), as the
+// one-tile ping-pong reads tile i, and the same barrier argument holds with stages for tiles: group B (waves
+// 4-7) passes one extra barrier before the loop and group A one after it; every wave writes its share of stage
+// i+1 between barriers 2i+1 and 2i+2 (counting from the one after stage 0 is in LDS: A after its B2(i), B before
+// its B2(i)), after both groups' last read of stage i-1 and before either group's first read of stage i+1. The
+// K of tile 0 (stage -1) sits in slot 1 and is read before barrier 1, the first write of slot 1. K of the last
+// stage repeats the last tile (never read), so every stage has the same loads. Iterations are unrolled by two:
+// the slot and the roles of the two score tiles are constants.
+ZYFA_DEVICE void key_loop(Lds& lds, const P& p, const bf16x8 (&qop)[QK_CHUNKS], float& m, float& l,
+                          f32x16 (&o)[DV_BLOCKS], float c, int b, int hk, int tile, int wave, int lane, int tid) {
+  const int g = lane / 32, q0 = tile * TILE_M + wave * ROWS, query = q0 + lane % 32;
+  const bool late = wave >= GROUP_B;
+  const int key_tiles = (tile + 1) * (TILE_M / TILE_N), last = (key_tiles - 1) * TILE_N;
+  const auto k_of_stage = [&](int i) { return __builtin_elementwise_min((i + 1) * TILE_N, last); };
+
+  Staged st;
+  fetch(st, p, b, hk, 0, 0, tid);
+  store_k(lds, 1, st, tid);  // stage -1: K of tile 0
+  fetch(st, p, b, hk, k_of_stage(0), 0, tid);
+  store(lds, 0, st, tid);
+  barrier();  // stages -1 and 0 are in LDS (and every read of the previous query tile is done)
+  f32x16 s[2][2] = {};
+  scores(lds, 1, qop, s[0], g, lane);  // QK(0): tile 0 is visible to every wave
+  if (late) {
+    if (key_tiles > 1) fetch(st, p, b, hk, k_of_stage(1), TILE_N, tid);
+    barrier();
+  }
+  const auto step = [&](int kt, int slot, f32x16 (&cur)[2], f32x16 (&nxt)[2]) {
+    const int key0 = kt * TILE_N;
+    const bool next = kt + 1 < key_tiles, visible = key0 <= q0 + ROWS - 1;
+    if (next) {
+      if (late)
+        store(lds, 1 - slot, st, tid);
+      else
+        fetch(st, p, b, hk, k_of_stage(kt + 1), key0 + TILE_N, tid);
+    }
+    if (next && key0 + TILE_N <= q0 + ROWS - 1) {  // QK(kt + 1)
+      nxt[0] = nxt[1] = f32x16{};
+      scores(lds, slot, qop, nxt, g, lane);
+    }
+    barrier();  // B2
+    if (next) {
+      if (late) {
+        if (kt + 2 < key_tiles) fetch(st, p, b, hk, k_of_stage(kt + 2), key0 + 2 * TILE_N, tid);
+      } else {
+        store(lds, 1 - slot, st, tid);
+      }
+    }
+    if (visible) softmax_pv(lds, slot, cur, m, l, o, c, key0, q0, query, g, lane);
+    barrier();  // B1
+  };
+  for (int kt = 0; kt < key_tiles; kt += 2) {  // key_tiles is a multiple of 4
+    step(kt, 0, s[0], s[1]);
+    step(kt + 1, 1, s[1], s[0]);
+  }
+  if (!late) barrier();
+}
+#else
 // Ping-pong: each key-tile iteration i is QK(i), barrier B2, softmax and PV(i), barrier B1. Group B (waves 4-7)
 // passes one extra barrier before the loop and group A (waves 0-3) one after it, so B runs one barrier (half an
 // iteration) behind A: while the waves of one group issue their QK MFMAs, those of the other (on the same SIMDs)
@@ -131,18 +213,17 @@ ZYFA_DEVICE void softmax_pv(const Lds& lds, int slot, f32x16 (&s)[2], float& m, 
 // (B's PV(i-1)) ended at barrier 2i. Global loads run ahead of the LDS writes: A loads tile i+1 before its QK(i),
 // B loads tile i+2 after its B2(i). Waves whose rows see no key of a tile skip its compute, never a barrier.
 ZYFA_DEVICE void key_loop(Lds& lds, const P& p, const bf16x8 (&qop)[QK_CHUNKS], float& m, float& l,
-                                   f32x16 (&o)[DV_BLOCKS], float c, int b, int hk, int tile, int wave, int lane,
-                                   int tid) {
+                          f32x16 (&o)[DV_BLOCKS], float c, int b, int hk, int tile, int wave, int lane, int tid) {
   const int g = lane / 32, q0 = tile * TILE_M + wave * ROWS, query = q0 + lane % 32;
   const bool late = wave >= GROUP_B;
 
   const int key_tiles = (tile + 1) * (TILE_M / TILE_N);
   Staged st;
-  fetch(st, p, b, hk, 0, tid);
+  fetch(st, p, b, hk, 0, 0, tid);
   store(lds, 0, st, tid);
   barrier();  // tile 0 is in slot 0 (and every read of the previous query tile is done)
   if (late) {
-    if (key_tiles > 1) fetch(st, p, b, hk, TILE_N, tid);
+    if (key_tiles > 1) fetch(st, p, b, hk, TILE_N, TILE_N, tid);
     barrier();
   }
   for (int kt = 0; kt < key_tiles; ++kt) {
@@ -152,25 +233,14 @@ ZYFA_DEVICE void key_loop(Lds& lds, const P& p, const bf16x8 (&qop)[QK_CHUNKS], 
       if (late)
         store(lds, 1 - slot, st, tid);
       else
-        fetch(st, p, b, hk, key0 + TILE_N, tid);
+        fetch(st, p, b, hk, key0 + TILE_N, key0 + TILE_N, tid);
     }
     f32x16 s[2] = {};
-    if (visible) {
-      __builtin_amdgcn_s_setprio(1);
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-#pragma unroll
-        for (int i = 0; i < QK_CHUNKS; ++i) {
-          const bf16x8 kop =
-              *(const bf16x8*)&lds.k[slot][(32 * half + lane % 32) * K_STRIDE + CHUNK * i + 8 * g];
-          s[half] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(kop, qop[i], s[half], 0, 0, 0);
-        }
-      __builtin_amdgcn_s_setprio(0);
-    }
+    if (visible) scores(lds, slot, qop, s, g, lane);
     barrier();  // B2
     if (next) {
       if (late) {
-        if (kt + 2 < key_tiles) fetch(st, p, b, hk, key0 + 2 * TILE_N, tid);
+        if (kt + 2 < key_tiles) fetch(st, p, b, hk, key0 + 2 * TILE_N, key0 + 2 * TILE_N, tid);
       } else {
         store(lds, 1 - slot, st, tid);
       }
@@ -180,6 +250,7 @@ ZYFA_DEVICE void key_loop(Lds& lds, const P& p, const bf16x8 (&qop)[QK_CHUNKS], 
   }
   if (!late) barrier();
 }
+#endif
 
 // One 256-row query tile of one (batch, head): wave `wave` takes rows tile * 256 + 32 wave + (0..31).
 ZYFA_DEVICE void query_tile(Lds& lds, const P& p, float c, int b, int h, int hk, int tile, int wave, int lane,
