@@ -92,18 +92,22 @@ ZYFA_DEVICE void scores(const Lds& lds, int slot, const bf16x8 (&qop)[QK_CHUNKS]
 ZYFA_DEVICE void softmax_pv(const Lds& lds, int slot, f32x16 (&s)[2], float& m, float& l, f32x16 (&o)[DV_BLOCKS],
                             float c, int key0, int q0, int query, int g, int lane) {
   // x = c s, the causal mask where the tile reaches past the wave's first row, and the tile maximum.
-  const bool masked = key0 + TILE_N - 1 > q0;
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int r = 0; r < 16; ++r) s[half][r] *= c;
+  if (key0 + TILE_N - 1 > q0) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int r = 0; r < 16; ++r)
+        if (key0 + 32 * half + key_of_register(r, g) > query) s[half][r] = NEG_INF;
+  }
   float tile_max = NEG_INF;
 #pragma unroll
   for (int half = 0; half < 2; ++half)
 #pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      const int key = key0 + 32 * half + key_of_register(r, g);
-      float x = c * s[half][r];
-      if (masked && key > query) x = NEG_INF;
-      s[half][r] = x;
-      tile_max = fmax(tile_max, x);
-    }
+    for (int r = 0; r < 16; ++r) tile_max = fmax(tile_max, s[half][r]);
   tile_max = max_halves(tile_max);
 
   // Lazy rescaling: m moves only when the tile's maximum exceeds it by more than tau.
