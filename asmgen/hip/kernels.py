@@ -17,8 +17,8 @@ BF16_SLOTS = 2  # K / V^T tiles in LDS (the ping-pong writes one while it reads 
 BF16_TAU = {128: 0.5, 192: 8.0}  # the contract's lazy-rescale thresholds per d_qk
 # The BF16 key-loop schedules (attention_bf16.hip): at d = 128 the ping-pong keeps two score tiles in flight (the
 # next tile's QK^T issued before the current tile's softmax); d_qk = 192 has no registers for a second score tile.
-BF16_SCHEDULE = {128: "pingpong_two_tiles", 192: "pingpong"}
-SCHEDULE_DEFINES = {"pingpong_two_tiles": "ZYFA_TWO_TILES"}
+BF16_SCHEDULE = {128: "pingpong_two_tiles", 192: "stages8"}
+SCHEDULE_DEFINES = {"pingpong_two_tiles": "ZYFA_TWO_TILES", "stages8": "ZYFA_STAGES"}
 
 # Fixed flags: device code only, no HIP runtime or device library, no FMA contraction (the model's FP32 steps are
 # separate roundings), no SDWA forms (the simulator does not model sub-dword addressing), no per-compile unique id
