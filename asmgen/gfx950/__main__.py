@@ -12,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..hip.__main__ import report as hip_resources
 from . import VARIANTS, assemble, generate, hip_schedule, schedule, toolchain
 
 CASES = (  # (column title, analyse() keywords)
@@ -37,7 +38,7 @@ def report() -> str:
             rows.append(f"| {name} | {variant.p_mode} | {res['vgpr']} | {res['agpr']} | {res['sgpr']} | {res['lds']} "
                         f"| {res['waves_per_simd']} | {res['workgroups_per_cu']} | {busy} |")
             notes += [f"{name}, {title}: {c.summary()}" for (title, _), c in zip(CASES, cases, strict=True)]
-    return "\n".join(rows + [""] + notes + ["", hip_report()])
+    return "\n".join(rows + [""] + notes + ["", hip_resources(), "", hip_report()])
 
 
 def hip_report() -> str:
