@@ -1,4 +1,5 @@
-"""Benchmark of the gfx950 FP8 kernels against the peers available on ROCm, in the same run (the protocol of
+"""Benchmark of the gfx950 FP8 kernels (and the BF16 ones, contender zyfa_bf16) against the peers available on ROCm,
+in the same run (the protocol of
 docs/design.md, with fewer repetitions when asked: see --calls, --warmup, --rounds): torch SDPA in BF16 (flash or
 memory-efficient backend; the math fallback is not a peer) and AITER's FP8 attention when the `aiter` package is
 importable (otherwise skipped, with the reason in the results).
@@ -110,6 +111,10 @@ class Problem:
         qd, kd, vd = self.descale_kv
         return zyfa.flash_attn_func(q, k, v, causal=True, q_descale=qd, k_descale=kd, v_descale=vd, layout="bhsd")
 
+    def zyfa_bf16(self):  # the BF16 kernels on the peers' BF16 inputs
+        q, k, v = self.bf16
+        return zyfa.flash_attn_func(q, k, v, causal=True, layout="bhsd")
+
     def sdpa(self):
         q, k, v = self.bf16
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
@@ -134,7 +139,7 @@ def activation_problem(seqlen, heads, heads_k, d_qk, d_v, seed=0) -> Problem:
 
 
 def contenders(p: Problem, aiter_fn) -> dict:
-    runs = {"zyfa": p.zyfa, "sdpa": p.sdpa}
+    runs = {"zyfa": p.zyfa, "zyfa_bf16": p.zyfa_bf16, "sdpa": p.sdpa}
     if aiter_fn is not None:
         runs["aiter"] = lambda: p.aiter(aiter_fn)
     return runs
@@ -166,6 +171,7 @@ def errors(p: Problem, names: list[str], heads: int, aiter_fn) -> dict:
                              v_descale=p.descale_one[2])
     bf16_ref = attention_fp64(*(t.transpose(1, 2) for t in sub.bf16))
     outputs = {"zyfa": (lambda: sub.zyfa().transpose(1, 2), fp8_ref),
+               "zyfa_bf16": (lambda: sub.zyfa_bf16().transpose(1, 2), bf16_ref),
                "sdpa": (lambda: sub.sdpa().transpose(1, 2), bf16_ref),
                "aiter": (lambda: sub.aiter(aiter_fn), fp8_ref)}
     result = {}

@@ -155,3 +155,20 @@ def test_launch_through_the_fake_hip_driver_carries_the_plan(name, tmp_path):
         assert call["shared_bytes"] == 0  # the code object declares its LDS (group segment) itself
         assert call["stream"] == 0x1234
     assert p.kernel.shared_bytes == p.kernel.resources["static_shared_bytes"] == p.kernel.resources["lds"]
+
+
+def test_dispatch_reaches_every_gfx950_kernel_of_the_manifest():
+    """Each gfx950 entry is what the dispatch picks for its own configuration: dtype, head dims, p_mode (a call
+    without one gets the p_mode_default entry) and, for 64-bit-offset entries, slices beyond 32-bit offsets."""
+    kernels = [k for k in zyfa_kernels.manifest().kernels if k.target == "gfx950"]
+    assert {k.name for k in kernels} >= {"fp8_d128", "fp8_d128_exact", "fp8_d192", "bf16_d128", "bf16_d192",
+                                          "fp8_d128_wide", "fp8_d192_wide"}
+    dtypes = {"bf16": torch.bfloat16, "fp8e4m3": FP8}
+    for k in kernels:
+        span = 2**33 if k.fields["offset_bits"] == 64 else 0
+        modes = [k.p_mode] + ([None] if k.fields["p_mode_default"] else [])
+        if k.dtype == "bf16":
+            modes = [None]
+        for mode in modes:
+            got = gfx950.find_kernel(dtypes[k.dtype], k.d_qk, k.d_v, 1, mode, span)
+            assert got.name == k.name, (k.name, mode, span, got.name)
