@@ -179,8 +179,29 @@ def _tensor(name: str, t) -> torch.Tensor:
     return t
 
 
+PROBLEMS = 256  # accepted (layout, shapes, dtypes, devices) whose Problem is kept: the checks' own cache
+_problems: dict[tuple, Problem] = {}
+
+
 def attention_inputs(q, k, v, layout) -> Problem:
-    """q, k, v of one call: dtype, device, rank, and the shape rules (MHA/GQA/MQA, head dims, equal lengths)."""
+    """q, k, v of one call: dtype, device, rank, and the shape rules (MHA/GQA/MQA, head dims, equal lengths).
+
+    The rules read only what the cache key holds, so plain tensors of an accepted geometry skip them (bounded:
+    the oldest entry goes first); anything refused raises every time, and tensor subclasses (fake tensors under
+    torch.compile) are always checked in full."""
+    if type(q) is type(k) is type(v) is torch.Tensor:
+        key = (layout, q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device, v.device)
+        problem = _problems.get(key)
+        if problem is None:
+            problem = _attention_inputs(q, k, v, layout)
+            if len(_problems) >= PROBLEMS:
+                del _problems[next(iter(_problems))]
+            _problems[key] = problem
+        return problem
+    return _attention_inputs(q, k, v, layout)
+
+
+def _attention_inputs(q, k, v, layout) -> Problem:
     if layout not in LAYOUTS:
         raise value_error(f"layout={layout!r}: must be 'bshd' (batch, seqlen, heads, dim) or 'bhsd'")
     _tensor("q", q), _tensor("k", k), _tensor("v", v)

@@ -52,13 +52,18 @@ def _attention(q, k, v, softmax_scale, q_descale, k_descale, v_descale, layout, 
     """Checked call of the op; returns (out, lse)."""
     problem = checks.attention_inputs(q, k, v, layout)
     scale = checks.softmax_scale_value(softmax_scale, problem.d_qk)
-    p_mode = checks.p_mode_value(p_mode, problem)
-    descales = checks.descales(problem, q.device, scale, q_descale=q_descale, k_descale=k_descale,
-                               v_descale=v_descale)
-    checks.cpu_values(problem, q, k, *descales, scale)
-    if problem.is_fp8:
-        shape = (problem.batch, problem.heads_k)
-        descales = tuple(_descale_tensor(d, shape, q.device) for d in descales)
+    if p_mode is not None:
+        p_mode = checks.p_mode_value(p_mode, problem)
+    if problem.is_fp8 or not (q_descale is None and k_descale is None and v_descale is None):
+        descales = checks.descales(problem, q.device, scale, q_descale=q_descale, k_descale=k_descale,
+                                   v_descale=v_descale)
+        checks.cpu_values(problem, q, k, *descales, scale)
+        if problem.is_fp8:
+            shape = (problem.batch, problem.heads_k)
+            descales = tuple(_descale_tensor(d, shape, q.device) for d in descales)
+    else:  # BF16 without descales, the common call
+        descales = (None, None, None)
+        checks.cpu_values(problem, q, k, None, None, None, scale)
     if _direct(q, k, v):
         return op.forward(problem, q, k, v, *descales, scale, layout, p_mode)
     return op.fwd(q, k, v, *descales, scale, layout, p_mode)
