@@ -71,10 +71,13 @@ def _with_offsets(params: list[dict]) -> list[dict]:
 
 ARGS = _with_offsets(_PARAMS)
 # FP8: the third tensor map is V^T (batch, heads_k, d_v, keys; keys permuted within each 16, see
-# attention_fwd_fp8.cu's pack_p), and the descales are device pointers to float32 (batch, heads_k) tensors.
+# attention_fwd_fp8.cu's pack_p); the descales are device pointers to float32 values per (batch, kv head), read at
+# batch * stride_b + head_k * stride_h (element strides: (0, 0) for one value, a broadcast view's own otherwise).
+_DESCALES = ("q_descale", "k_descale", "v_descale")
 _FP8_PARAMS = [*_PARAMS[:2], {"name": "vt", "type": "tmap"}, *_PARAMS[3:6],
-               {"name": "q_descale", "type": "ptr"}, {"name": "k_descale", "type": "ptr"},
-               {"name": "v_descale", "type": "ptr"}, *_PARAMS[6:]]
+               *({"name": name, "type": "ptr"} for name in _DESCALES),
+               *({"name": f"{name}_stride_{dim}", "type": "i32"} for name in _DESCALES for dim in "bh"),
+               *_PARAMS[6:]]
 FP8_ARGS = _with_offsets(_FP8_PARAMS)
 
 
@@ -140,10 +143,9 @@ def _kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
 
 FP8_BOX_COLS = 128  # e4m3 columns per TMA box: 128 bytes, the 128-byte swizzle's width
 FP8_ONES_ROWS = 8  # rows of e4m3 ones after each V^T tile: the P V product's N = d_v + 8 gives the row sums
-FP8_STAGES = 2
-# Whether the FP8 kernels hold two sets of P fragments, so that a tile's P is packed under the running P V (1;
-# ptxas spills then), or pack it after the P V wait (0, the shipped kernels)
-FP8_DOUBLE_P = False
+# Depth of the K/V^T ring per p_mode: a third slot measured +1-4% for exact P at d = 128 and +3-9% at d_qk = 192 from
+# S = 4K (none at 32K), and 0-6% slower for lean P from 8K (docs/sm90a.md, "Lean P and the exponential wall").
+FP8_STAGES = {"exact": 3, "lean": 2}
 
 
 # How the FP8 kernels' row sum l adds a tile's probabilities (ZYFA_ROWSUM): "ones" the ones columns of the P V
@@ -154,12 +156,9 @@ FP8_ROWSUM_METHODS = {"ones": (0, "rounded"), "fp32": (1, "fp32"), "f16": (2, "r
 # the accumulator's 13 bits (an attention sink): 1.4-2.7x the model's error on activation-like inputs; "fp32" is
 # back at FA3's error on Gaussian inputs (1.15x ours); "f16" matches the model within 2% on all of them.
 FP8_ROWSUM_METHOD = "f16"
-# Whether a tile's softmax runs under the same consumer's P V of the previous tile (ZYFA_OVERLAP 1) or after both
-# GEMMs, with the other consumer's GEMMs under it (0): 0 measured 3-9% faster on the H200.
-FP8_OVERLAP = False
 
 
-def fp8_dynamic_shared_bytes(d_qk: int, d_v: int, stages: int = FP8_STAGES, ones: bool = True) -> int:
+def fp8_dynamic_shared_bytes(d_qk: int, d_v: int, stages: int, ones: bool = True) -> int:
     """Q (boxes of 128 columns: d_qk = 192 takes two, the second half zeros), `stages` K and V^T (+ ones) tiles,
     mbarriers, alignment slack."""
     qk_bytes = -(-d_qk // FP8_BOX_COLS) * TILE_M * FP8_BOX_COLS
@@ -172,10 +171,15 @@ def fp8_dynamic_shared_bytes(d_qk: int, d_v: int, stages: int = FP8_STAGES, ones
 FP8_SCHEDULES = ("independent",)
 
 
-def _fp8_kernel(d_qk: int, d_v: int, schedule: str, stages: int = FP8_STAGES,
-                rowsum_method: str = FP8_ROWSUM_METHOD) -> dict:
+# FP8 p_modes: "exact" (the default) and "lean" (the API's p_mode="lean").
+FP8_P_MODES = ("exact", "lean")
+FP8_DEFAULT_P_MODE = "exact"
+
+
+def _fp8_kernel(d_qk: int, d_v: int, schedule: str, p_mode: str, rowsum_method: str = FP8_ROWSUM_METHOD) -> dict:
+    stages = FP8_STAGES[p_mode]
     dims = f"d{d_qk}" if d_qk == d_v else f"d{d_qk}_{d_v}"
-    name = f"sm90a_fwd_fp8_{dims}_{schedule}"
+    name = f"sm90a_fwd_fp8_{dims}_{'lean_' if p_mode == 'lean' else ''}{schedule}"
     return {
         "name": name,
         "symbol": f"zyfa_{name}",
@@ -183,8 +187,8 @@ def _fp8_kernel(d_qk: int, d_v: int, schedule: str, stages: int = FP8_STAGES,
         "dtype": "fp8e4m3",
         "d_qk": d_qk,
         "d_v": d_v,
-        "p_mode": "exact",
-        "p_mode_default": True,
+        "p_mode": p_mode,
+        "p_mode_default": p_mode == FP8_DEFAULT_P_MODE,
         "p_shift": 8,
         "rowsum": FP8_ROWSUM_METHODS[rowsum_method][1],
         "rowsum_method": rowsum_method,
@@ -208,12 +212,13 @@ def _fp8_kernel(d_qk: int, d_v: int, schedule: str, stages: int = FP8_STAGES,
 
 BF16_KERNELS: list[dict] = [_kernel(d_qk, d_v, tau, schedule)
                             for d_qk, d_v, tau in ((128, 128, 0.5), (192, 128, 8.0)) for schedule in SCHEDULES]
-FP8_KERNELS: list[dict] = [_fp8_kernel(d_qk, 128, schedule) for d_qk in (128, 192) for schedule in FP8_SCHEDULES]
+FP8_KERNELS: list[dict] = [_fp8_kernel(d_qk, 128, schedule, p_mode) for p_mode in FP8_P_MODES for d_qk in (128, 192)
+                           for schedule in FP8_SCHEDULES]
 KERNELS: list[dict] = BF16_KERNELS + FP8_KERNELS
 
 
-def fp8_defines(kernel: dict, *, double_p: bool = FP8_DOUBLE_P, overlap: bool = FP8_OVERLAP) -> list[str]:
-    """Preprocessor configuration of one FP8 kernel (double_p, overlap: see FP8_DOUBLE_P, FP8_OVERLAP)."""
+def fp8_defines(kernel: dict) -> list[str]:
+    """Preprocessor configuration of one FP8 kernel."""
     return [
         f"-DZYFA_KERNEL={kernel['symbol']}",
         f"-DZYFA_D_QK={kernel['d_qk']}",
@@ -221,9 +226,8 @@ def fp8_defines(kernel: dict, *, double_p: bool = FP8_DOUBLE_P, overlap: bool = 
         f"-DZYFA_STAGES={kernel['stages']}",
         f"-DZYFA_DYNAMIC_SHARED_BYTES={kernel['shared_bytes'] - RESERVED_SHARED}",
         f"-DZYFA_PINGPONG={int(kernel['schedule'] == 'pingpong')}",
-        f"-DZYFA_DOUBLE_P={int(double_p)}",
-        f"-DZYFA_OVERLAP={int(overlap)}",
         f"-DZYFA_ROWSUM={FP8_ROWSUM_METHODS[kernel['rowsum_method']][0]}",
+        f"-DZYFA_LEAN={int(kernel['p_mode'] == 'lean')}",
     ]
 
 

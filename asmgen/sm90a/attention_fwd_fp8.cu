@@ -6,9 +6,10 @@
 //   - both GEMMs are e4m3 wgmma (k = 32), whose shared-memory operands are K-major only: V arrives transposed (V^T,
 //     keys contiguous), written by the host's pre-pass, with the keys of every 16 permuted so that the S
 //     accumulator's registers are the P operand's bytes as they stand (see pack_p);
-//   - the numerics are zyfa.numerics with p_mode "exact", p_shift 8, rowsum "rounded", no per-block scaling:
-//     P8 = e4m3(2^(x - m + 8)), rounded to nearest even; the P V product has N = 136: 8 rows of ones after every
-//     V^T tile make its last 8 columns the row sum of exactly the rounded P that multiplies V;
+//   - the numerics are zyfa.numerics with p_shift 8, rowsum "rounded", no per-block scaling, and p_mode "exact"
+//     (P8 = e4m3(2^(x - m + 8)), rounded to nearest even) or "lean" (P8 = the e4m3 value whose bit pattern is
+//     max(0, rne(8 (x - m) + 120)): two FMA-pipe instructions per score, no MUFU); the row sum l adds exactly the
+//     rounded P that multiplies V;
 //   - two-level accumulation: each key tile's P V lands in a fresh wgmma accumulator (Hopper's FP8 accumulator keeps
 //     about 13 mantissa bits) that is added into FP32 registers O and l;
 //   - descales are read on the device per (batch, kv head): c = scale log2(e) q_descale k_descale scales the scores,
@@ -16,10 +17,11 @@
 // Rows and keys past `seqlen` need no masking of their own: TMA reads them as zeros, causality removes keys past a
 // row's own, and rows past seqlen are not stored. So any sequence length runs without padding.
 //
+// Each consumer waits for both GEMMs of a step before its softmax: the other consumer's GEMMs run under it.
+//
 // Compile-time configuration (asmgen/sm90a/__init__.py): ZYFA_KERNEL (symbol), ZYFA_D_QK, ZYFA_D_V, ZYFA_STAGES,
-// ZYFA_DYNAMIC_SHARED_BYTES, ZYFA_PINGPONG (the schedule), ZYFA_OVERLAP (a tile's softmax under the previous tile's
-// P V, 1 in the shipped kernels, or after both GEMMs, 0), ZYFA_DOUBLE_P (two sets of P fragments, so that a tile's
-// P is packed under the running P V, held there by the pinned barrier release; 0 packs after the P V wait).
+// ZYFA_DYNAMIC_SHARED_BYTES, ZYFA_PINGPONG (the schedule), ZYFA_ROWSUM (how l is summed), ZYFA_LEAN (the p_mode:
+// 1 lean, 0 exact).
 
 #include "ptx.cuh"
 #include "tile.cuh"
@@ -57,7 +59,15 @@ constexpr uint32_t kPingBarrier = 1;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kTau = 0.125f;   // rescale threshold (the contract's FP8 value)
 constexpr float kPShift = 8.0f;  // P is written 2^8 larger before the e4m3 rounding
-constexpr bool kDoubleP = ZYFA_DOUBLE_P != 0;
+// Lean P's code of 2^y is 8 y + 56 (e4m3: 3 mantissa bits, 1.0 is code 56), so 8 (x - m) + 56 + 8 p_shift.
+constexpr float kLeanCodeOffset = 56.0f + 8.0f * kPShift;  // 120: the code of the row maximum
+// The codes are formed in [0, 1] as (8 (x - m) + 120) / 128 by a saturating FMA (the clamp at code 0 for free;
+// codes stay <= 121 by the P range guard), then an FMA by 128 plus 1.5 * 2^23 rounds them to an integer in the
+// low mantissa bits (FMA pipe only: a float->int conversion would take the MUFU pipe, which ex2 needs).
+constexpr float kLeanCodeScale = 128.0f;
+constexpr float kRoundToInteger = 12582912.0f;  // 1.5 * 2^23: x + this has rne(x) in its low mantissa bits
+
+enum class PMode { kExact, kLean };
 
 template <int D_QK, int D_V, int STAGES>
 struct SharedLayout {
@@ -87,9 +97,12 @@ struct Params {
   uint16_t* out;
   float* lse;
   const int* jobs;
-  const float* q_descale;  // (batch, heads_k), contiguous
+  const float* q_descale;  // per (batch, kv head): descale[batch * stride_b + head_k * stride_h]
   const float* k_descale;
   const float* v_descale;
+  int q_descale_stride_b, q_descale_stride_h;  // elements; (0, 0) for one value, a broadcast view any others
+  int k_descale_stride_b, k_descale_stride_h;
+  int v_descale_stride_b, v_descale_stride_h;
   int num_jobs;
   int seqlen;
   int heads;
@@ -162,11 +175,10 @@ struct RowState {
 };
 __device__ __forceinline__ RowState no_rows() { return {{-CUDART_INF_F, -CUDART_INF_F}, {0.0f, 0.0f}}; }
 
-// Scores of one key tile -> 2^(x - m + 8) in place (FP32, rounded to e4m3 by pack_p); the lazy row maximum moves
-// when the tile's maximum exceeds it by more than tau, and factor[h] = 2^(m_old - m_new) is returned for O and l
-// (1 where it did not move). A warp vote skips the quad reductions when no partial maximum exceeds m + tau (the
-// row maximum cannot move then: the results are the same).
-__device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float c, float (&factor)[2]) {
+// The lazy row maximum of one key tile's scores: it moves when the tile's maximum exceeds it by more than tau, and
+// factor[h] = 2^(m_old - m_new) is returned for O and l (1 where it did not move). A warp vote skips the quad
+// reductions when no partial maximum exceeds m + tau (the row maximum cannot move then: the results are the same).
+__device__ __forceinline__ void row_maxima(const float (&s)[64], RowState& st, float c, float (&factor)[2]) {
   float local[2];
   partial_maxima(s, local);
   factor[0] = factor[1] = 1.0f;
@@ -181,9 +193,30 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float
       }
     }
   }
+}
+
+// Exact P: scores -> 2^(x - m + 8) in place (FP32, rounded to e4m3 by pack_p), x - m + 8 as one FMA.
+__device__ __forceinline__ void exact_p(float (&s)[64], const RowState& st, float c) {
   const float bias[2] = {kPShift - st.m[0], kPShift - st.m[1]};
 #pragma unroll
-  for (int r = 0; r < 64; ++r) s[r] = ex2(fmaf(s[r], c, bias[acc_half(r)]));  // x - m + 8 as one FMA
+  for (int r = 0; r < 64; ++r) s[r] = ex2(fmaf(s[r], c, bias[acc_half(r)]));
+}
+
+// Lean P: scores -> e4m3 codes max(0, rne(8 (x - m) + 120)), gathered four to a register in pack_p's order.
+__device__ __forceinline__ void lean_p(const float (&s)[64], const RowState& st, float c, uint32_t (&pf)[16]) {
+  const float scale = c * (8.0f / kLeanCodeScale);  // exact: a power of two
+  const float bias[2] = {(kLeanCodeOffset - 8.0f * st.m[0]) / kLeanCodeScale,
+                         (kLeanCodeOffset - 8.0f * st.m[1]) / kLeanCodeScale};
+  auto code = [&](int r) {  // FP32 whose low byte is the code
+    return __float_as_uint(fmaf(fma_sat(s[r], scale, bias[acc_half(r)]), kLeanCodeScale, kRoundToInteger));
+  };
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = 16 * k + 8 * (j / 2) + 2 * (j % 2);  // as pack_p
+      pf[4 * k + j] = gather_low_bytes(code(r), code(r + 1), code(r + 4), code(r + 5));
+    }
 }
 
 // P (FP32, S accumulator layout) -> e4m3 A fragments of the P V product, four k = 32 steps of four registers.
@@ -199,28 +232,6 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[16])
       const int r = 16 * k + 8 * (j / 2) + 2 * (j % 2);  // first of registers r, r+1 (keys 2t, 2t+1), r+4, r+5
       pf[4 * k + j] = pack_e4m3x4(s[r], s[r + 1], s[r + 4], s[r + 5]);
     }
-}
-
-// `bar`, made to depend on every probability of the tile (as pinned_address in the BF16 kernel): ptxas otherwise
-// sinks the exponentials past the P V wait, where they no longer overlap the running P V. The OR of the FP32 bit
-// patterns (p >= +0, or the canonical NaN 0x7FFFFFFF: never the sign bit) never has bit 31 set, so the select always
-// yields `bar`; ptxas cannot prove it and keeps the exponentials ahead of the arrive, which it keeps ahead of the
-// wait. With fragments (ZYFA_DOUBLE_P) the OR runs over the 16 packed registers instead (e4m3 P >= 0 too).
-template <int N>
-__device__ __forceinline__ uint32_t pinned_address(uint32_t bar, const uint32_t (&bits)[N]) {
-  uint32_t acc[4] = {bits[0], bits[1], bits[2], bits[3]};  // four short chains (ptxas makes three-input LOP3s)
-#pragma unroll
-  for (int i = 4; i < N; ++i) acc[i % 4] |= bits[i];
-  const uint32_t all = (acc[0] | acc[1]) | (acc[2] | acc[3]);
-  constexpr uint32_t kUnreachableOffset = 8;  // the next barrier: never taken
-  return (all & 0x80000000u) ? bar + kUnreachableOffset : bar;
-}
-
-__device__ __forceinline__ uint32_t pinned_address(uint32_t bar, const float (&p)[64]) {
-  uint32_t bits[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) bits[i] = __float_as_uint(p[i]);
-  return pinned_address(bar, bits);
 }
 
 template <int D_QK>
@@ -305,7 +316,20 @@ __device__ __forceinline__ void rescale(float (&o)[64], RowState& st, const floa
   }
 }
 
-template <int D_QK, int D_V, int STAGES, bool PINGPONG, bool OVERLAP>
+// The softmax of one key tile: row maxima (factor for O and l), then P as e4m3 A fragments.
+template <PMode MODE>
+__device__ __forceinline__ void probabilities(float (&s)[64], RowState& st, float c, float (&factor)[2],
+                                              uint32_t (&pf)[16]) {
+  row_maxima(s, st, c, factor);
+  if constexpr (MODE == PMode::kLean) {
+    lean_p(s, st, c, pf);
+  } else {
+    exact_p(s, st, c);
+    pack_p(s, pf);
+  }
+}
+
+template <int D_QK, int D_V, int STAGES, bool PINGPONG, PMode MODE>
 __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, int consumer) {
   using L = SharedLayout<D_QK, D_V, STAGES>;
   const uint32_t base = smem_u32(smem);
@@ -322,7 +346,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   uint32_t q_parity = 0;
   RowState st;
   float s[64], o[64], acc[kAccRegs];
-  uint32_t pf[16], pf_b[16];
+  uint32_t pf[16];
   float sums[2] = {0.0f, 0.0f};  // row sums of the tile whose P V is in flight (ZYFA_ROWSUM 1, 2)
 
   auto k_tile = [&](const RingPos<STAGES>& at) { return base + L::kK + at.slot * L::kKBytes; };
@@ -335,8 +359,10 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   for (int index = blockIdx.x; index < p.num_jobs; index += gridDim.x) {
     const Job job = load_job(p.jobs, index);
     if (job.num_tiles() == 0) continue;  // a slot that pads the table: its batch and head are -1
-    const int kv = job.batch * p.heads_k + job.head / group;
-    const float c = __fmul_rn(__fmul_rn(p.scale_log2, p.q_descale[kv]), p.k_descale[kv]);  // the model's order
+    const int head_k = job.head / group;
+    const float qd = p.q_descale[job.batch * p.q_descale_stride_b + head_k * p.q_descale_stride_h];
+    const float kd = p.k_descale[job.batch * p.k_descale_stride_b + head_k * p.k_descale_stride_h];
+    const float c = __fmul_rn(__fmul_rn(p.scale_log2, qd), kd);  // the model's order
     for (int i = 0; i < job.num_tiles(); ++i) {
       const int tile = job.tile(i);
       const int diag_row = consumer * kRowsPerConsumer + 16 * warp + lane / 4;
@@ -362,89 +388,51 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         release(bars.q_empty());
         mask_diagonal(s, diag_row, lane);
       }
-      softmax_tile(s, st, c, factor);  // m was unset: O and l are still 0, the factor is not needed
-      pack_p(s, pf);
+      probabilities<MODE>(s, st, c, factor, pf);  // m was unset: O and l are still 0, no factor needed
       tile_sums(s, pf, sums);
       prev = ring;
       ring.advance();
 
       // One key tile after the first: S of this tile and P V of the previous one in flight together.
-      auto step = [&](auto diagonal, uint32_t(&cur)[16], uint32_t(&next)[16]) {
+      auto step = [&](auto diagonal) {
         mbar_wait(bars.k_full(ring.slot), ring.parity);
         mbar_wait(bars.v_full(prev.slot), prev.parity);
         turn.acquire();
         wgmma_fence();
         issue_qk<D_QK>(s, q_rows, k_tile(ring));
         wgmma_commit();
-        issue_pv(acc, cur, v_tile(prev));
+        issue_pv(acc, pf, v_tile(prev));
         wgmma_commit();
         turn.release();
-        if constexpr (OVERLAP) {
-          wgmma_wait<1>();  // S is ready; P V of the previous tile may still run under the softmax
-        } else {
-          wgmma_wait<0>();  // both: the other consumer's GEMMs run under this one's softmax
-          fence_acc(acc);
-          release(bars.v_empty(prev.slot));
-          add_tile(o, st, acc, sums);
-        }
+        wgmma_wait<0>();  // both: the other consumer's GEMMs run under this one's softmax
+        fence_acc(acc);
+        release(bars.v_empty(prev.slot));
+        add_tile(o, st, acc, sums);
         fence_regs(s);
-        if constexpr (!OVERLAP) release(bars.k_empty(ring.slot));
+        release(bars.k_empty(ring.slot));
         if constexpr (decltype(diagonal)::value) {
           release(bars.q_empty());
           mask_diagonal(s, diag_row, lane);
         }
-        softmax_tile(s, st, c, factor);
-        if constexpr (OVERLAP && kDoubleP) {
-          pack_p(s, next);  // P V of the previous tile reads `cur`
-          release(pinned_address(bars.k_empty(ring.slot), next));
-        } else if constexpr (OVERLAP) {
-          release(pinned_address(bars.k_empty(ring.slot), s));
-        }
-        if constexpr (OVERLAP) {
-          wgmma_wait<0>();
-          fence_acc(acc);
-          release(bars.v_empty(prev.slot));
-          add_tile(o, st, acc, sums);
-        }
+        probabilities<MODE>(s, st, c, factor, pf);
         rescale(o, st, factor);
-        if constexpr (!(OVERLAP && kDoubleP)) pack_p(s, next);
-        tile_sums(s, next, sums);
+        tile_sums(s, pf, sums);
         prev = ring;
         ring.advance();
       };
-      auto last_pv = [&](const uint32_t(&last)[16]) {
-        mbar_wait(bars.v_full(prev.slot), prev.parity);
-        turn.acquire();
-        wgmma_fence();
-        issue_pv(acc, last, v_tile(prev));
-        wgmma_commit();
-        turn.release();
-        wgmma_wait<0>();
-        fence_acc(acc);
-        release(bars.v_empty(prev.slot));
-        add_tile(o, st, acc, sums);
-      };
-      if constexpr (kDoubleP) {
-        int kt = 1;
-        for (; kt + 1 < tile; kt += 2) {
-          step(std::false_type{}, pf, pf_b);
-          step(std::false_type{}, pf_b, pf);
-        }
-        if (kt < tile) {
-          step(std::false_type{}, pf, pf_b);
-          step(std::true_type{}, pf_b, pf);
-          last_pv(pf);
-        } else if (tile > 0) {
-          step(std::true_type{}, pf, pf_b);
-          last_pv(pf_b);
-        } else {
-          last_pv(pf);
-        }
-      } else {
-        for (int kt = 1; kt < tile; ++kt) step(std::false_type{}, pf, pf);
-        if (tile > 0) step(std::true_type{}, pf, pf);
-        last_pv(pf);
-      }
+      for (int kt = 1; kt < tile; ++kt) step(std::false_type{});
+      if (tile > 0) step(std::true_type{});
+      // The last tile's P V.
+      mbar_wait(bars.v_full(prev.slot), prev.parity);
+      turn.acquire();
+      wgmma_fence();
+      issue_pv(acc, pf, v_tile(prev));
+      wgmma_commit();
+      turn.release();
+      wgmma_wait<0>();
+      fence_acc(acc);
+      release(bars.v_empty(prev.slot));
+      add_tile(o, st, acc, sums);
 
       // Epilogue: out = O / l * v_descale in BF16, lse = ln2 (m - 8 + log2 l); rows past seqlen are not stored.
       const int row = tile * kTileM + consumer * kRowsPerConsumer + 16 * warp + lane / 4;
@@ -453,7 +441,9 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       for (int h = 0; h < 2; ++h) {
         const float l = kOnes ? st.l[h] : quad_sum(st.l[h]);  // the ones columns give every lane the whole sum
         const float inv_l = 1.0f / l;
-        const float scale = inv_l * p.v_descale[kv];  // loaded here: a register fewer through the key loop
+        // loaded here: registers fewer through the key loop
+        const float scale = inv_l * p.v_descale[job.batch * p.v_descale_stride_b +
+                                                (job.head / group) * p.v_descale_stride_h];
         const int q = row + 8 * h;
         if (q < p.seqlen) {
           uint16_t* out = p.out + job.batch * p.out_stride_b + q * p.out_stride_s + job.head * p.out_stride_h;
@@ -470,7 +460,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   }
 }
 
-template <int D_QK, int D_V, int STAGES, bool PINGPONG>
+template <int D_QK, int D_V, int STAGES, bool PINGPONG, PMode MODE>
 __device__ void attention_fwd(const TensorMap* tq, const TensorMap* tk, const TensorMap* tvt, const Params& p) {
   using L = SharedLayout<D_QK, D_V, STAGES>;
   extern __shared__ uint8_t smem_raw[];
@@ -506,9 +496,7 @@ __device__ void attention_fwd(const TensorMap* tq, const TensorMap* tk, const Te
     if (threadIdx.x == 0) produce<D_QK, D_V, STAGES>(tq, tk, tvt, smem, bars, p);
   } else {
     regs_claim<kConsumerRegs>();
-    // OVERLAP: the softmax runs under the consumer's own P V; otherwise it waits for both GEMMs and (ping-pong)
-    // the other consumer's cover its softmax.
-    consume<D_QK, D_V, STAGES, PINGPONG, ZYFA_OVERLAP != 0>(smem, bars, p, warpgroup - 1);
+    consume<D_QK, D_V, STAGES, PINGPONG, MODE>(smem, bars, p, warpgroup - 1);
   }
 }
 
@@ -519,15 +507,20 @@ static_assert(zyfa::fp8::SharedLayout<ZYFA_D_QK, ZYFA_D_V, ZYFA_STAGES>::kBytes 
                   ZYFA_DYNAMIC_SHARED_BYTES,
               "shared memory layout and manifest disagree");
 static_assert(ZYFA_D_V == zyfa::fp8::kTileN, "the P V product is one 64x136 accumulator: d_v must be 128");
+static_assert(!(ZYFA_LEAN && ZYFA_ROWSUM == 1), "lean P has no unrounded probabilities to sum (ZYFA_ROWSUM 1)");
 static_assert(ZYFA_D_QK % zyfa::fp8::kMmaK == 0 && ZYFA_D_QK <= 256, "d_qk must be a multiple of 32, at most 256");
 
 extern "C" __global__ void __launch_bounds__(zyfa::fp8::kThreads, 1)
     ZYFA_KERNEL(const __grid_constant__ zyfa::TensorMap q, const __grid_constant__ zyfa::TensorMap k,
                 const __grid_constant__ zyfa::TensorMap vt, uint16_t* out, float* lse, const int* jobs,
-                const float* q_descale, const float* k_descale, const float* v_descale, int num_jobs, int seqlen,
-                int heads, int heads_k, float scale_log2, long long out_stride_b, long long out_stride_s,
-                long long out_stride_h) {
-  const zyfa::fp8::Params p{out, lse, jobs, q_descale, k_descale, v_descale, num_jobs, seqlen, heads, heads_k,
-                            scale_log2, out_stride_b, out_stride_s, out_stride_h};
-  zyfa::fp8::attention_fwd<ZYFA_D_QK, ZYFA_D_V, ZYFA_STAGES, ZYFA_PINGPONG != 0>(&q, &k, &vt, p);
+                const float* q_descale, const float* k_descale, const float* v_descale, int q_descale_stride_b,
+                int q_descale_stride_h, int k_descale_stride_b, int k_descale_stride_h, int v_descale_stride_b,
+                int v_descale_stride_h, int num_jobs, int seqlen, int heads, int heads_k, float scale_log2,
+                long long out_stride_b, long long out_stride_s, long long out_stride_h) {
+  const zyfa::fp8::Params p{out, lse, jobs, q_descale, k_descale, v_descale, q_descale_stride_b, q_descale_stride_h,
+                            k_descale_stride_b, k_descale_stride_h, v_descale_stride_b, v_descale_stride_h,
+                            num_jobs, seqlen, heads, heads_k, scale_log2, out_stride_b, out_stride_s,
+                            out_stride_h};
+  constexpr zyfa::fp8::PMode kMode = ZYFA_LEAN ? zyfa::fp8::PMode::kLean : zyfa::fp8::PMode::kExact;
+  zyfa::fp8::attention_fwd<ZYFA_D_QK, ZYFA_D_V, ZYFA_STAGES, ZYFA_PINGPONG != 0, kMode>(&q, &k, &vt, p);
 }

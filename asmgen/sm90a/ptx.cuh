@@ -332,4 +332,18 @@ __device__ __forceinline__ float f16x2_sum(uint32_t x) {
   return a + b;
 }
 
+// ---- lean P codes (FMA and ALU pipes, no MUFU) ---------------------------------------------------------------
+
+// a * b + c rounded once, clamped to [0, 1] (-inf and NaN give 0): one FFMA.SAT.
+__device__ __forceinline__ float fma_sat(float a, float b, float c) {
+  float d;
+  asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
+  return d;
+}
+
+// The low bytes of four registers as one (b0 lowest): three PRMTs.
+__device__ __forceinline__ uint32_t gather_low_bytes(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t b3) {
+  return __byte_perm(__byte_perm(b0, b1, 0x0040), __byte_perm(b2, b3, 0x0040), 0x5410);
+}
+
 }  // namespace zyfa

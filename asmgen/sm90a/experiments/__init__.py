@@ -14,17 +14,15 @@ import json
 import sys
 from pathlib import Path
 
-from .. import FP8_STAGES, KERNELS, MAX_SHARED, RESERVED_SHARED, build, fp8_dynamic_shared_bytes, inspect
+from .. import KERNELS, MAX_SHARED, RESERVED_SHARED, build, fp8_dynamic_shared_bytes, inspect
 
-# name -> (manifest changes, build keywords)
+# name -> (manifest changes, build keywords, the p_modes of the shipped kernels it is built from)
 VARIANTS = {
-    "overlap": ({}, {"overlap": True}),  # the softmax under the consumer's own P V (pinned ahead of its wait)
-    "ones": ({"rowsum_method": "ones", "rowsum": "rounded"}, {}),  # l from the ones columns of P V (N = 136)
-    "fp32sum": ({"rowsum_method": "fp32", "rowsum": "fp32"}, {}),  # l of the unrounded p (FA3's way)
-    "overlap_ones": ({"rowsum_method": "ones", "rowsum": "rounded"}, {"overlap": True}),
-    "stages3": ({"stages": FP8_STAGES + 1}, {}),  # a third K/V^T ring slot
-    "double_p": ({}, {"overlap": True, "double_p": True}),  # P packed under the running P V (spills)
-    "pingpong": ({"schedule": "pingpong"}, {}),  # ping-pong consumers (spills)
+    "ones": ({"rowsum_method": "ones", "rowsum": "rounded"}, {}, ("exact", "lean")),  # l from P V's ones columns
+    "fp32sum": ({"rowsum_method": "fp32", "rowsum": "fp32"}, {}, ("exact",)),  # l of the unrounded p (FA3's way)
+    "stages2": ({"stages": 2}, {}, ("exact",)),  # the K/V^T ring one slot shallower than shipped
+    "stages3": ({"stages": 3}, {}, ("lean",)),  # one slot deeper
+    "pingpong": ({"schedule": "pingpong"}, {}, ("exact", "lean")),  # ping-pong consumers (spills)
 }
 
 
@@ -32,8 +30,8 @@ def build_variants(folder: Path, names=None) -> list[dict]:
     folder.mkdir(parents=True, exist_ok=True)
     entries = []
     for kernel in (k for k in KERNELS if k["dtype"] == "fp8e4m3"):
-        for suffix, (changes, flags) in VARIANTS.items():
-            if names and suffix not in names:
+        for suffix, (changes, flags, p_modes) in VARIANTS.items():
+            if (names and suffix not in names) or kernel["p_mode"] not in p_modes:
                 continue
             entry = {**kernel, **changes, "name": f"{kernel['name']}_{suffix}",
                      "file": f"{kernel['name']}_{suffix}.cubin"}

@@ -118,6 +118,9 @@ def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int,
             raise ValueError(f"sm90a: {kernel.name} takes V^T and the descales")
         maps["vt"] = vt_map_spec(vt, kernel)
         extra = dict(zip(("q_descale", "k_descale", "v_descale"), descales, strict=True))
+        # the (batch, heads_k) contiguous descales of today's call path
+        extra.update({f"{name}_stride_{dim}": stride for name in ("q_descale", "k_descale", "v_descale")
+                      for dim, stride in (("b", heads_k), ("h", 1))})
     else:
         maps["v"] = tensor_map_spec("v", v, kernel.dtype, kernel.tile_n)
     args = {
