@@ -256,8 +256,8 @@ def _descale_float(name: str, value) -> float:
 
 def descales(problem: Problem, device: torch.device, softmax_scale: float,
              **given) -> tuple[torch.Tensor | float | None, ...]:
-    """q_descale, k_descale, v_descale: each a Python float (checked here) or a float32 (batch, heads_k) tensor on
-    q's device (a one-element tensor expanded, a (batch, heads_k) one as given); None for BF16.
+    """q_descale, k_descale, v_descale: each a Python float (checked here) or a float32 tensor on q's device of one
+    element or of shape (batch, heads_k), as given (any strides: nothing is expanded or copied); None for BF16.
 
     A tensor's values are checked where they are on the CPU (cpu_values); on a GPU they must hold positive normal
     float32 numbers in the contract's range, unchecked.
@@ -277,9 +277,7 @@ def descales(problem: Problem, device: torch.device, softmax_scale: float,
                 raise type_error(f"{name} has dtype {value.dtype}: descale tensors must be torch.float32")
             if value.device != device:
                 raise value_error(f"{name} is on {value.device} but q is on {device}: all inputs must be on one device")
-            if value.numel() == 1:
-                value = value.reshape(1, 1).expand(shape)
-            elif tuple(value.shape) != shape:
+            if value.numel() != 1 and value.shape != shape:
                 raise value_error(
                     f"{name} has shape {tuple(value.shape)}: expected one element or (batch, nheads_k) = {shape}"
                 )
@@ -353,10 +351,10 @@ def op_inputs(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout, p
         if d is not None and not (
             d.dtype == torch.float32
             and d.device == q.device
-            and tuple(d.shape) == (problem.batch, problem.heads_k)
-            and d.is_contiguous()
+            and (d.numel() == 1 or tuple(d.shape) == (problem.batch, problem.heads_k))
         ):
-            raise value_error(f"{name}: torch.ops.zyfa.fwd needs a contiguous float32 (batch, nheads_k) tensor")
+            raise value_error(f"{name}: torch.ops.zyfa.fwd needs a float32 tensor of one element or of shape "
+                              "(batch, nheads_k) (any strides)")
     if not 0 < softmax_scale <= SOFTMAX_SCALE_MAX:
         raise value_error(f"softmax_scale={softmax_scale}: must be positive and finite")
     if p_mode is not None and (not problem.is_fp8 or p_mode not in dispatch.FP8_P_MODES):

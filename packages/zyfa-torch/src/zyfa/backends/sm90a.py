@@ -29,8 +29,12 @@ TMA_BOX_BYTES = 128  # bytes per row of a TMA box: the widest the 128-byte swizz
 TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned global addresses and strides
 SWIZZLE = 128  # bytes: the 128-byte swizzle the kernels' shared-memory layout assumes
 VT_KEY_GROUP = 16  # FP8 V^T: keys permuted within groups of 16 (attention_fwd_fp8.cu, pack_p)
-# Per-call pointer arguments: fresh outputs each call, descales (FP8) wherever the caller keeps them.
-POINTERS = ("out", "lse", "q_descale", "k_descale", "v_descale")
+DESCALES = ("q_descale", "k_descale", "v_descale")
+# Per-call arguments: fresh outputs each call; FP8 descales wherever the caller keeps them, each read at
+# batch * stride_b + head_k * stride_h (element strides; (0, 0) for a one-element descale).
+DESCALE_ARGS = (*DESCALES, *(f"{name}_stride_{dim}" for name in DESCALES for dim in "bh"))
+POINTERS = ("out", "lse", *DESCALE_ARGS)
+INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -98,10 +102,10 @@ def readable(address: int, strides_bytes) -> bool:
 
 def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int, jobs_ptr: int, num_jobs: int,
          grid: int, softmax_scale: float, *, vt: torch.Tensor | None = None,
-         descales: tuple[int, int, int] | None = None) -> Plan:
+         descales: tuple[int, ...] | None = None) -> Plan:
     """Kernel arguments for one call. q, k, v, out are (batch, seqlen, heads, dim) views; seqlen is padded to the
     tiles unless the kernel masks its last tiles itself (masks_tail). FP8 kernels take V^T (transposed_v) and the
-    device addresses of the (batch, heads_k) float32 descales of q, k and v instead of v."""
+    descale arguments (descale_args: the float32 descales' addresses, then their (stride_b, stride_h)) instead of v."""
     batch, seqlen, heads, _ = q.shape
     heads_k = k.shape[2]
     if not kernel.fields.get("masks_tail") and (seqlen % kernel.tile_m or seqlen % kernel.tile_n):
@@ -117,10 +121,7 @@ def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int,
         if vt is None or descales is None:
             raise ValueError(f"sm90a: {kernel.name} takes V^T and the descales")
         maps["vt"] = vt_map_spec(vt, kernel)
-        extra = dict(zip(("q_descale", "k_descale", "v_descale"), descales, strict=True))
-        # the (batch, heads_k) contiguous descales of today's call path
-        extra.update({f"{name}_stride_{dim}": stride for name in ("q_descale", "k_descale", "v_descale")
-                      for dim, stride in (("b", heads_k), ("h", 1))})
+        extra = dict(zip(DESCALE_ARGS, descales, strict=True))
     else:
         maps["v"] = tensor_map_spec("v", v, kernel.dtype, kernel.tile_n)
     args = {
@@ -167,7 +168,8 @@ def launch(p: Plan, device: int, stream: int) -> None:
 
 def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layout: str, p_mode: str | None = None):
     """Interface of every backend: inputs in `layout` -> (out BF16 contiguous in `layout`, lse float32). FP8
-    descales are contiguous float32 (batch, heads_k) tensors on the device (checks.descales), BF16's None."""
+    descales are float32 tensors on the device of one element or of shape (batch, heads_k), any strides
+    (checks.descales), BF16's None."""
     descales = (q_descale, k_descale, v_descale)
     key = (q.dtype, p_mode, layout, softmax_scale, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(),
            q.get_device())
@@ -203,7 +205,7 @@ def run(kernel, q, k, v, softmax_scale: float, layout: str, *, balanced: bool = 
     """One launch of `kernel` (a manifest entry; the benchmark also passes variants) on the current stream, on
     q, k, v of any length and strides: padded to the tiles unless the kernel masks its last tile, copied where TMA
     cannot read them. balanced=False walks the plain paired table (for the benchmark's comparison). FP8 kernels
-    (v_transposed) also take the float32 (batch, heads_k) descales and read V^T: transposed_v(v, layout), made
+    (v_transposed) also take the float32 descales (one element or (batch, heads_k), any strides) and read V^T: transposed_v(v, layout), made
     here unless given (the benchmark's kernel-only timing passes it).
 
     A call whose shapes, strides and scale were seen before with aligned addresses reuses that call's prepared
@@ -242,12 +244,26 @@ def _operand_view(t: torch.Tensor, seq_dim: int, length: int) -> torch.Tensor:
     return _tma_view(t)
 
 
-def _descale_pointers(kernel, descales) -> tuple[int, int, int] | None:
+def descale_args(descales) -> tuple[int, ...]:
+    """The kernel's descale arguments: the three addresses, then each descale's (stride_b, stride_h) in elements,
+    (0, 0) for one element. Nothing is copied unless a stride exceeds int32 (a view into a huge tensor)."""
+    strides = []
+    for d in descales:
+        if d.numel() == 1:
+            strides += (0, 0)
+        else:
+            strides += d.stride()
+    if max(strides) > INT32_MAX:
+        return descale_args(tuple(d.contiguous() for d in descales))
+    return (descales[0].data_ptr(), descales[1].data_ptr(), descales[2].data_ptr(), *strides)
+
+
+def _descale_args(kernel, descales) -> tuple[int, ...] | None:
     if not kernel.fields.get("v_transposed"):
         return None
     if any(d is None for d in descales):
         raise ValueError(f"sm90a: {kernel.name} takes q_descale, k_descale and v_descale (FP8 inputs)")
-    return tuple(d.data_ptr() for d in descales)
+    return descale_args(descales)
 
 
 class _Prepared(dev.Prepared):
@@ -267,7 +283,7 @@ class _Prepared(dev.Prepared):
         table = dev.job_table(host_job_table, *build_args, device=device)
         out, lse = dev.outputs(q, batch, length, heads, kernel.d_v, layout)
         rounds, grid, _ = table.device.shape
-        pointers = _descale_pointers(kernel, descales)
+        pointers = _descale_args(kernel, descales)
         fp8 = {} if pointers is None else {"vt": transposed_v(v, layout) if vt is None else vt, "descales": pointers}
         p = plan(kernel, qo, ko, vo, Operand.of(out, layout), lse.data_ptr(), table.device.data_ptr(),
                  rounds * grid, grid, softmax_scale, **fp8)
@@ -296,8 +312,7 @@ class _Prepared(dev.Prepared):
         self.table.used_on(stream)
         if self._fp8:
             vt = transposed_v(v, self._layout) if vt is None else vt
-            qd, kd, vd = (d.data_ptr() for d in descales)
-            per_call = (out.data_ptr(), lse.data_ptr(), qd, kd, vd, self.map("q", q.data_ptr()),
+            per_call = (out.data_ptr(), lse.data_ptr(), *descale_args(descales), self.map("q", q.data_ptr()),
                         self.map("k", k.data_ptr()), self.map("vt", vt.data_ptr()))
         else:
             per_call = (out.data_ptr(), lse.data_ptr(), self.map("q", q.data_ptr()), self.map("k", k.data_ptr()),
