@@ -36,8 +36,10 @@ SCRIPT = textwrap.dedent("""
         return [x.to(torch.float8_e4m3fn) for x in t], {"q_descale": 0.5, "k_descale": 0.25, "v_descale": 2.0}
 
     report = {"calls": []}
+    kept = []  # every call's outputs stay alive: each launch then carries output pointers of its own
     def call(q, k, v, descales, tag):
         out, lse = zyfa.flash_attn_func(q, k, v, causal=True, return_lse=True, **descales)
+        kept.append((out, lse))
         report["calls"].append({"tag": tag, "out": list(out.shape), "lse": list(lse.shape),
                                 "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(),
                                 "out_contiguous": out.is_contiguous()})

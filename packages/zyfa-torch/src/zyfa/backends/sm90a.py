@@ -35,6 +35,8 @@ DESCALES = ("q_descale", "k_descale", "v_descale")
 DESCALE_ARGS = (*DESCALES, *(f"{name}_stride_{dim}" for name in DESCALES for dim in "bh"))
 POINTERS = ("out", "lse", *DESCALE_ARGS)
 INT32_MAX = 2**31 - 1
+MAPS_PER_LAUNCH = 64  # encoded tensor maps a prepared launch keeps (by operand and address)
+GRID_YZ_MAX = 65535  # CUDA's limit on a grid's y and z sizes
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,58 @@ def vt_map_spec(vt: torch.Tensor, kernel) -> TensorMapSpec:
 def transposed_v(v: torch.Tensor, layout: str) -> torch.Tensor:
     """FP8 V as the kernels read it: (batch, heads_k, d_v, keys), keys contiguous, zero-padded to a multiple of 16
     and permuted within each 16 (position 4t + 2a + b holds key 8a + 2t + b: the P operand's order, so that the
-    kernel's P needs no exchange between lanes). One pass over V, on the current stream (graph-safe)."""
+    kernel's P needs no exchange between lanes). On a GPU one launch of the manifest's transpose_v kernel on the
+    current stream (graph-safe; its launch prepared once per shape and strides), elsewhere transposed_v_reference;
+    the two are bitwise equal (ci/gpu_check.py)."""
+    if not dev.on_gpu(v):
+        return transposed_v_reference(v, layout)
+    vb = v if layout == "bshd" else v.transpose(1, 2)  # (batch, seqlen, heads_k, d_v)
+    if vb.data_ptr() % TMA_ALIGN:
+        vb = vb.contiguous()
+    key = (vb.shape, vb.stride(), vb.get_device())
+    prepared = _transposes.get(key)
+    if prepared is None:
+        if vb.stride(3) != 1 or any(st % TMA_ALIGN for st in vb.stride()[:3]):  # 16-byte rows the kernel loads
+            vb = vb.contiguous()
+            return transposed_v(vb, "bshd")
+        kernel = transpose_kernel(vb.shape[3])
+        grid, args = transpose_plan(kernel, tuple(vb.shape), tuple(vb.stride()))
+        prepared = dev.Prepared(loader().launcher(kernel, dev.device_index(vb), grid), None, None, args, ("v", "vt"))
+        _transposes.put(key, prepared)
+    batch, seqlen, heads_k, d_v = vb.shape
+    vt = torch.empty((batch, heads_k, d_v, -(-seqlen // VT_KEY_GROUP) * VT_KEY_GROUP), dtype=vb.dtype,
+                     device=vb.device)
+    prepared.launch(dev.current_stream(prepared.launcher.device), (vb.data_ptr(), vt.data_ptr()))
+    return vt
+
+
+_transposes = dev.LRU(dev.PREPARED)  # (shape, strides, device) of V -> its prepared transpose_v launch
+
+
+@functools.lru_cache(maxsize=8)
+def transpose_kernel(d_v: int):
+    """The manifest's V^T pre-pass for head dim d_v."""
+    return dispatch.manifest().find(TARGET, kind="transpose_v", dtype="fp8e4m3", d_v=d_v)
+
+
+def transpose_plan(kernel, shape: tuple[int, int, int, int], strides: tuple[int, ...]):
+    """(grid, arguments) of the transpose_v kernel on V (batch, seqlen, heads_k, d_v) with these element strides:
+    one CTA per tile of tile_keys keys, kv head and batch; V^T rows of seqlen rounded up to key_group keys."""
+    batch, seqlen, heads_k, d_v = shape
+    if d_v != kernel.d_v or strides[3] != 1:
+        raise ValueError(f"sm90a: {kernel.name} takes V with head dim {kernel.d_v}, contiguous (got {d_v}, stride "
+                         f"{strides[3]})")
+    keys = -(-seqlen // kernel.key_group) * kernel.key_group
+    if batch > GRID_YZ_MAX or heads_k > GRID_YZ_MAX:
+        raise ValueError(f"sm90a: {kernel.name} takes at most {GRID_YZ_MAX} batches and kv heads (grid y and z), "
+                         f"got batch {batch}, heads_k {heads_k}")
+    args = {"seqlen": seqlen, "keys": keys, "v_stride_b": strides[0], "v_stride_s": strides[1],
+            "v_stride_h": strides[2]}
+    return (-(-keys // kernel.tile_keys), heads_k, batch), args
+
+
+def transposed_v_reference(v: torch.Tensor, layout: str) -> torch.Tensor:
+    """transposed_v in torch operations (pad, permute, copy): the CPU path and the GPU check's oracle."""
     vb = v if layout == "bshd" else v.transpose(1, 2)  # (batch, seqlen, heads_k, d_v)
     batch, seqlen, heads_k, d_v = vb.shape
     pad = -seqlen % VT_KEY_GROUP
@@ -205,8 +258,8 @@ def run(kernel, q, k, v, softmax_scale: float, layout: str, *, balanced: bool = 
     """One launch of `kernel` (a manifest entry; the benchmark also passes variants) on the current stream, on
     q, k, v of any length and strides: padded to the tiles unless the kernel masks its last tile, copied where TMA
     cannot read them. balanced=False walks the plain paired table (for the benchmark's comparison). FP8 kernels
-    (v_transposed) also take the float32 descales (one element or (batch, heads_k), any strides) and read V^T: transposed_v(v, layout), made
-    here unless given (the benchmark's kernel-only timing passes it).
+    (v_transposed) also take the float32 descales (one element or (batch, heads_k), any strides) and read V^T:
+    transposed_v(v, layout), made here unless given (the benchmark's kernel-only timing passes it).
 
     A call whose shapes, strides and scale were seen before with aligned addresses reuses that call's prepared
     launch: then only the outputs (and V^T) are allocated and the pointers filled in."""
@@ -270,7 +323,7 @@ class _Prepared(dev.Prepared):
     """A prepared sm90a launch: also each operand's tensor map template and what each call copies (padding to
     `length` rows, or a contiguous copy of a view TMA cannot read; V^T for FP8)."""
 
-    __slots__ = ("_maps", "_seq_dim", "_seqlen", "_length", "_copies", "_layout", "_heads", "_d_v", "_fp8")
+    __slots__ = ("_maps", "_encoded", "_seq_dim", "_seqlen", "_length", "_copies", "_layout", "_heads", "_d_v", "_fp8")
 
     @classmethod
     def make(cls, kernel, q, k, v, softmax_scale, layout, balanced, seq_dim, seqlen, length, copies,
@@ -289,17 +342,22 @@ class _Prepared(dev.Prepared):
                  rounds * grid, grid, softmax_scale, **fp8)
         self = cls(loader().launcher(kernel, device, p.grid), p, table, p.args,
                    [n for n in POINTERS if n in p.args] + list(p.tensor_maps))
-        self._maps = {name: (spec, encode(spec)) for name, spec in p.tensor_maps.items()}
+        self._maps = dict(p.tensor_maps)
+        self._encoded = {(name, spec.address): encode(spec) for name, spec in p.tensor_maps.items()}
         self._seq_dim, self._seqlen, self._length, self._copies = seq_dim, seqlen, length, copies
         self._layout, self._heads, self._d_v, self._fp8 = layout, heads, kernel.d_v, pointers is not None
         return self
 
     def map(self, name: str, address: int) -> bytes:
-        """The tensor map of operand `name` at `address` (the prepared one, or encoded and cached per address)."""
-        spec, encoded = self._maps[name]
-        if address == spec.address:
-            return encoded
-        return encode(dataclasses.replace(spec, address=address))
+        """The tensor map of operand `name` at `address`, encoded once per address while it is among the
+        MAPS_PER_LAUNCH most recent ones of this launch (a caching allocator hands the same blocks back)."""
+        encoded = self._encoded.get((name, address))
+        if encoded is None:
+            encoded = encode(dataclasses.replace(self._maps[name], address=address))
+            if len(self._encoded) >= MAPS_PER_LAUNCH:
+                del self._encoded[next(iter(self._encoded))]
+            self._encoded[(name, address)] = encoded
+        return encoded
 
     def run(self, q, k, v, descales=(None, None, None), vt=None):
         if self._length != self._seqlen:
