@@ -94,23 +94,37 @@ def transposed_v(v: torch.Tensor, layout: str) -> torch.Tensor:
     if vb.data_ptr() % TMA_ALIGN:
         vb = vb.contiguous()
     key = (vb.shape, vb.stride(), vb.get_device())
-    prepared = _transposes.get(key)
-    if prepared is None:
+    launch = _transposes.get(key)
+    if launch is None:
         if vb.stride(3) != 1 or any(st % TMA_ALIGN for st in vb.stride()[:3]):  # 16-byte rows the kernel loads
-            vb = vb.contiguous()
-            return transposed_v(vb, "bshd")
+            return transposed_v(vb.contiguous(), "bshd")
+        launch = _TransposeLaunch(vb)
+        _transposes.put(key, launch)
+    return launch.run(vb)
+
+
+class _TransposeLaunch:
+    """The transpose_v launch of one V shape and strides (16-byte aligned rows): its prepared launch and V^T's
+    shape. The attention launch of an FP8 shape holds one, so its calls skip transposed_v's lookup."""
+
+    __slots__ = ("launch", "device", "shape")
+
+    def __init__(self, vb: torch.Tensor):
         kernel = transpose_kernel(vb.shape[3])
         grid, args = transpose_plan(kernel, tuple(vb.shape), tuple(vb.stride()))
-        prepared = dev.Prepared(loader().launcher(kernel, dev.device_index(vb), grid), None, None, args, ("v", "vt"))
-        _transposes.put(key, prepared)
-    batch, seqlen, heads_k, d_v = vb.shape
-    vt = torch.empty((batch, heads_k, d_v, -(-seqlen // VT_KEY_GROUP) * VT_KEY_GROUP), dtype=vb.dtype,
-                     device=vb.device)
-    prepared.launch(dev.current_stream(prepared.launcher.device), (vb.data_ptr(), vt.data_ptr()))
-    return vt
+        self.device = dev.device_index(vb)
+        self.launch = dev.Prepared(loader().launcher(kernel, self.device, grid), None, None, args, ("v", "vt")).launch
+        batch, _, heads_k, d_v = vb.shape
+        self.shape = (batch, heads_k, d_v, args["keys"])
+
+    def run(self, vb: torch.Tensor, stream: int | None = None) -> torch.Tensor:
+        """V^T of vb (of this launch's shape and strides, 16-byte aligned) on `stream` (None: the current one)."""
+        vt = torch.empty(self.shape, dtype=vb.dtype, device=vb.device)
+        self.launch(dev.current_stream(self.device) if stream is None else stream, (vb.data_ptr(), vt.data_ptr()))
+        return vt
 
 
-_transposes = dev.LRU(dev.PREPARED)  # (shape, strides, device) of V -> its prepared transpose_v launch
+_transposes = dev.LRU(dev.PREPARED)  # (shape, strides, device) of V -> its _TransposeLaunch
 
 
 @functools.lru_cache(maxsize=8)
@@ -323,7 +337,8 @@ class _Prepared(dev.Prepared):
     """A prepared sm90a launch: also each operand's tensor map template and what each call copies (padding to
     `length` rows, or a contiguous copy of a view TMA cannot read; V^T for FP8)."""
 
-    __slots__ = ("_maps", "_encoded", "_seq_dim", "_seqlen", "_length", "_copies", "_layout", "_heads", "_d_v", "_fp8")
+    __slots__ = ("_maps", "_encoded", "_transpose", "_seq_dim", "_seqlen", "_length", "_copies", "_layout", "_heads",
+                 "_d_v", "_fp8")
 
     @classmethod
     def make(cls, kernel, q, k, v, softmax_scale, layout, balanced, seq_dim, seqlen, length, copies,
@@ -346,6 +361,10 @@ class _Prepared(dev.Prepared):
         self._encoded = {(name, spec.address): encode(spec) for name, spec in p.tensor_maps.items()}
         self._seq_dim, self._seqlen, self._length, self._copies = seq_dim, seqlen, length, copies
         self._layout, self._heads, self._d_v, self._fp8 = layout, heads, kernel.d_v, pointers is not None
+        self._transpose = None  # V^T through transposed_v, or straight through this shape's transpose launch:
+        vb = v if layout == "bshd" else v.transpose(1, 2)
+        if self._fp8 and dev.on_gpu(v) and vb.stride(3) == 1 and not any(st % TMA_ALIGN for st in vb.stride()[:3]):
+            self._transpose = _TransposeLaunch(vb)
         return self
 
     def map(self, name: str, address: int) -> bytes:
@@ -369,7 +388,9 @@ class _Prepared(dev.Prepared):
         out, lse = dev.outputs(q, q.shape[0], self._length, self._heads, self._d_v, self._layout)
         self.table.used_on(stream)
         if self._fp8:
-            vt = transposed_v(v, self._layout) if vt is None else vt
+            if vt is None:  # v's strides are the prepared ones and its address 16-byte aligned (forward checks)
+                vt = (transposed_v(v, self._layout) if self._transpose is None
+                      else self._transpose.run(v if self._layout == "bshd" else v.transpose(1, 2), stream))
             per_call = (out.data_ptr(), lse.data_ptr(), *descale_args(descales), self.map("q", q.data_ptr()),
                         self.map("k", k.data_ptr()), self.map("vt", vt.data_ptr()))
         else:
