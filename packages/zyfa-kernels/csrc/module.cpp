@@ -98,10 +98,12 @@ public:
                 if (map.size() != 128) throw nb::value_error("a tensor map is 128 bytes");
                 std::memcpy(buffer.data() + offset, map.c_str(), 128);
             } else if (kind == kI32) {
-                std::int32_t v = nb::cast<std::int32_t>(value);
+                std::int32_t v = 0;
+                if (!nb::try_cast(value, v)) throw nb::type_error("an i32 value does not convert");
                 std::memcpy(buffer.data() + offset, &v, sizeof v);
             } else {
-                std::uint64_t v = nb::cast<std::uint64_t>(value);
+                std::uint64_t v = 0;
+                if (!nb::try_cast(value, v)) throw nb::type_error("a ptr value does not convert");
                 std::memcpy(buffer.data() + offset, &v, sizeof v);
             }
         }

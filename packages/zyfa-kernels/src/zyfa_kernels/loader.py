@@ -199,7 +199,8 @@ class PreparedLaunch:
             values = self._values.copy()
             for index, value in zip(self._per_call, per_call, strict=True):
                 values[index] = value
-            self.launcher.launch(stream, values)
+            launcher = self.launcher
+            launcher(stream, launcher._pack_checked(values, launcher.kernel.name))  # raises, or packs e.g. numpy ints
 
 
 def launcher(kernel: Kernel, device: int, grid: tuple[int, int, int]) -> Launcher:

@@ -187,7 +187,7 @@ def attention_inputs(q, k, v, layout) -> Problem:
     """q, k, v of one call: dtype, device, rank, and the shape rules (MHA/GQA/MQA, head dims, equal lengths).
 
     The rules read only what the cache key holds, so plain tensors of an accepted geometry skip them (bounded:
-    the oldest entry goes first); anything refused raises every time, and tensor subclasses (fake tensors under
+    emptied when full); anything refused raises every time, and tensor subclasses (fake tensors under
     torch.compile) are always checked in full."""
     if type(q) is type(k) is type(v) is torch.Tensor:
         key = (layout, q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device, v.device)
@@ -195,7 +195,7 @@ def attention_inputs(q, k, v, layout) -> Problem:
         if problem is None:
             problem = _attention_inputs(q, k, v, layout)
             if len(_problems) >= PROBLEMS:
-                del _problems[next(iter(_problems))]
+                _problems.clear()  # bounded, and safe under threads: start over
             _problems[key] = problem
         return problem
     return _attention_inputs(q, k, v, layout)

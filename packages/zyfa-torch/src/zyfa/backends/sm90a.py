@@ -368,13 +368,13 @@ class _Prepared(dev.Prepared):
         return self
 
     def map(self, name: str, address: int) -> bytes:
-        """The tensor map of operand `name` at `address`, encoded once per address while it is among the
-        MAPS_PER_LAUNCH most recent ones of this launch (a caching allocator hands the same blocks back)."""
+        """The tensor map of operand `name` at `address`, encoded once per address (a caching allocator hands the
+        same blocks back; at most MAPS_PER_LAUNCH kept per launch, emptied when full)."""
         encoded = self._encoded.get((name, address))
         if encoded is None:
             encoded = encode(dataclasses.replace(self._maps[name], address=address))
             if len(self._encoded) >= MAPS_PER_LAUNCH:
-                del self._encoded[next(iter(self._encoded))]
+                self._encoded.clear()  # bounded, and safe under threads: start over
             self._encoded[(name, address)] = encoded
         return encoded
 
