@@ -7,10 +7,10 @@ us/call, with the range. Shapes: batch 1, `--heads` heads (MHA), d = 128, S in `
 multiple of the tiles shows the padding copies of kernels without masked tails), BF16 and FP8 (one-element
 descale tensors, as fp8_quantize returns).
 
-    python benchmarks/host_overhead.py                 # on an H100/H200: ZYFA, torch SDPA and FA3 (if importable)
-    python benchmarks/host_overhead.py --fake          # anywhere: ZYFA's whole path against the fake CUDA driver
-    python benchmarks/host_overhead.py --fake --profile 20  # and the 20 functions with the most own time (cProfile)
-    python benchmarks/host_overhead.py --fake --fake-target gfx950  # the FP8 path of the gfx950 backend
+    python -m benchmarks.host_overhead                 # on an H100/H200: ZYFA, torch SDPA and FA3 (if importable)
+    python -m benchmarks.host_overhead --fake          # anywhere: ZYFA's whole path against the fake CUDA driver
+    python -m benchmarks.host_overhead --fake --profile 20  # and the 20 functions with the most own time (cProfile)
+    python -m benchmarks.host_overhead --fake --fake-target gfx950  # the FP8 path of the gfx950 backend
 
 --fake (the default without a CUDA GPU) runs CPU tensors through the sm90a backend as if they were on an H200:
 the fake driver of zyfa_kernels.testing (built with `cc`) loads fake code objects with the manifest's argument

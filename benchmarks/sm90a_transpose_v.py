@@ -6,7 +6,7 @@ bit for bit. Its rate is (bytes read + bytes written) / kernel time, from CUDA e
 launches, beside the reference's (pad, permute, copy) and a plain device copy of V (torch's clone) as the copy
 rate to compare with.
 
-    python benchmarks/sm90a_transpose_v.py --out results.json
+    python -m benchmarks.sm90a_transpose_v --out results.json
 """
 
 from __future__ import annotations

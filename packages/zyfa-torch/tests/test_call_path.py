@@ -13,18 +13,16 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-BENCHMARK = ROOT / "benchmarks" / "host_overhead.py"
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys, tempfile
     from pathlib import Path
-    sys.path.insert(0, sys.argv[1])
     import torch
-    import host_overhead
+    from benchmarks import host_overhead
     tmp = Path(tempfile.mkdtemp())
-    target, fp8 = sys.argv[2].split("-")[0], sys.argv[2] != "sm90a"  # sm90a, sm90a-fp8 or gfx950 (FP8)
+    target, fp8 = sys.argv[1].split("-")[0], sys.argv[1] != "sm90a"  # sm90a, sm90a-fp8 or gfx950 (FP8)
     host_overhead.fake_gpu(tmp, target)
-    os.environ["ZYFA_FAKE_DRIVER_LOG"] = sys.argv[3]
+    os.environ["ZYFA_FAKE_DRIVER_LOG"] = sys.argv[2]
     import zyfa
     from zyfa.backends import device, sm90a, gfx950
     torch.manual_seed(0)
@@ -66,7 +64,7 @@ SCRIPT = textwrap.dedent("""
 
 def run_path(tmp_path, target: str):
     log = tmp_path / "calls.jsonl"
-    result = subprocess.run([sys.executable, "-c", SCRIPT, str(BENCHMARK.parent), target, str(log)],
+    result = subprocess.run([sys.executable, "-c", SCRIPT, target, str(log)], cwd=ROOT,
                             capture_output=True, text=True, env={**os.environ, "ZYFA_BACKEND": ""}, timeout=600)
     assert result.returncode == 0, result.stderr
     from zyfa_kernels.testing import read_fake_driver_log
@@ -143,8 +141,9 @@ def test_gfx950_call_path_takes_fp8_with_float_descales(tmp_path):
 
 def test_host_overhead_benchmark_runs_on_the_fake_device(tmp_path):
     out = tmp_path / "host.json"
-    result = subprocess.run([sys.executable, str(BENCHMARK), "--fake", "--calls", "20", "--warmup", "5", "--rounds",
-                             "2", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    result = subprocess.run([sys.executable, "-m", "benchmarks.host_overhead", "--fake", "--calls", "20", "--warmup",
+                             "5", "--rounds", "2", "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600)
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     bf16 = next(r for r in report["results"] if r["dtype"] == "bfloat16")

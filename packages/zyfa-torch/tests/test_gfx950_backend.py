@@ -4,7 +4,6 @@ LDS (the code object declares its LDS)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -112,13 +111,12 @@ def test_bf16_takes_the_hip_kernels_and_fp8_needs_descales():
 
 
 LAUNCH_SCRIPT = textwrap.dedent("""
-    import json, sys
-    sys.path[:0] = json.loads(sys.argv[1])
+    import sys
     import zyfa_kernels
     from test_gfx950_backend import make_plan
     from zyfa.backends import gfx950
-    kern = zyfa_kernels.manifest(sys.argv[3]).find(target="gfx950", name=sys.argv[2])
-    p, _ = make_plan(sys.argv[2], kern=kern)
+    kern = zyfa_kernels.manifest(sys.argv[2]).find(target="gfx950", name=sys.argv[1])
+    p, _ = make_plan(sys.argv[1], kern=kern)
     gfx950.launch(p, device=0, stream=0x1234)
     gfx950.launch(p, device=0, stream=0x1234)
     print(zyfa_kernels.pack_args(p.kernel, p.args).hex())
@@ -136,9 +134,9 @@ def test_launch_through_the_fake_hip_driver_carries_the_plan(name, tmp_path):
     library = build_fake_driver(tmp_path)
     log = tmp_path / "calls.jsonl"
     env = dict(os.environ, ZYFA_HIP_DRIVER=str(library), ZYFA_CUDA_DRIVER=str(library), ZYFA_FAKE_DRIVER_LOG=str(log))
-    here = os.path.dirname(os.path.abspath(__file__))
-    run = subprocess.run([sys.executable, "-c", LAUNCH_SCRIPT, json.dumps([here, *sys.path]), name,
-                          str(manifest_path)], env=env, capture_output=True, text=True)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(__file__)), *sys.path])  # this interpreter's
+    run = subprocess.run([sys.executable, "-c", LAUNCH_SCRIPT, name, str(manifest_path)], env=env, capture_output=True,
+                         text=True)
     assert run.returncode == 0, run.stderr
     calls = read_fake_driver_log(log)
     names = [c["call"] for c in calls]
