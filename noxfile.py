@@ -10,7 +10,8 @@ objects-check, sim, accuracy.
     nox -s wheels                   zyfa-kernels for every CPython (3.10, 3.11; abi3 from 3.12), manylinux-repaired,
                                     the two pure wheels, each installed into a clean virtualenv and called there;
                                     wheels-3.12 etc. build one
-    nox -s bench -- --quick         python -m zyfa_tools.bench on this machine's GPU (arguments after --)
+    nox -s bench -- --quick         python -m zyfa_tools.bench on this machine's GPU (arguments after --), with
+                                    the machine's torch; offline with WHEELS=DIR (build tools as wheels)
     nox -s gpu                      the GPU validation run, ci/gpu.sh (needs an H100/H200 or an MI355X)
     nox -s asm                      regenerate the gfx950 code objects and their manifest entries
     nox -s cubin                    rebuild the sm90a cubins and their manifest entries
@@ -24,7 +25,9 @@ Interpreters are found on PATH as python3.X (with pyenv: PYENV_VERSION=3.10.13:3
 
 from __future__ import annotations
 
+import os
 import shutil
+import site
 import tempfile
 from pathlib import Path
 
@@ -44,6 +47,8 @@ BUILD_TOOLS = ("-r", "asmgen/build-requirements.txt")  # nvcc, cuobjdump, nvdisa
 ROOT = Path(__file__).resolve().parent
 # zyfa-tools' [hf] extra at the versions its tests ran with (the transformers integration is tested on the CPU)
 HF_TEST_PACKAGES = ("transformers==5.24.0", "safetensors==0.8.0")
+# The packages' build backends (import name: distribution), for installs without build isolation.
+BUILD_BACKENDS = {"hatchling": "hatchling", "scikit_build_core": "scikit-build-core", "nanobind": "nanobind"}
 
 
 def _has_gpu() -> bool:
@@ -68,7 +73,8 @@ def _run_tests(session: nox.Session) -> None:
     _ensure_llvm(session)
     _install(session, "pytest", "hypothesis", "numpy", "matplotlib", *HF_TEST_PACKAGES, *BUILD_TOOLS)
     session.run("python", "-m", "asmgen.build", "--check")
-    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "packages", "asmgen", *session.posargs)
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "packages", "asmgen", "ci", "benchmarks",
+                *session.posargs)
 
 
 @nox.session
@@ -145,16 +151,48 @@ def demo(session: nox.Session) -> None:
     session.run("python", "-m", "zyfa_tools.demo", *session.posargs)
 
 
-@nox.session(venv_params=["--system-site-packages"])
+@nox.session(venv_backend="virtualenv")
 def bench(session: nox.Session) -> None:
-    """python -m zyfa_tools.bench (arguments after --). The machine's torch build and peers (FA3, cudnn-frontend,
-    flashinfer, aiter) are used where installed; torch is installed only when absent."""
-    has_torch = session.run("python", "-c", "import importlib.util as u; print(u.find_spec('torch') is not None)",
-                            silent=True).strip().endswith("True")
-    if not has_torch:
+    """python -m zyfa_tools.bench (arguments after --) in a virtualenv that sees the packages of the Python running
+    nox: a GPU machine's own torch build and the peers installed there (FA3, cudnn-frontend, flashinfer, aiter)
+    are used, and the three packages are built from this checkout without network (WHEELS: a folder of wheels for
+    the build tools the machine lacks, e.g. hatchling). torch and matplotlib are installed only when absent."""
+    _share_site_packages(session)
+    if not _importable(session, "torch"):
         session.install("torch")
-    session.install("matplotlib", *PACKAGES)
+    _install_from_checkout(session)
+    if not _importable(session, "matplotlib"):
+        session.install("matplotlib")
     session.run("python", "-m", "zyfa_tools.bench", *session.posargs)
+
+
+def _share_site_packages(session: nox.Session) -> None:
+    """A .pth file in the session's virtualenv that adds the site-packages of the Python running nox, after the
+    virtualenv's own. (virtualenv's --system-site-packages would reach the base interpreter's instead, which is
+    not where torch is when nox itself runs from a virtualenv, as on machines with a preinstalled torch.)"""
+    site_dirs = [d for d in site.getsitepackages() + [site.getusersitepackages()] if Path(d).is_dir()]
+    purelib = session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                          silent=True).strip().splitlines()[-1]
+    lines = [f"import site; site.addsitedir({d!r})" for d in site_dirs]
+    (Path(purelib) / "_nox_host_site.pth").write_text("\n".join(lines) + "\n")
+
+
+def _importable(session: nox.Session, module: str) -> bool:
+    found = session.run("python", "-c", f"import importlib.util as u; print(u.find_spec({module!r}) is not None)",
+                        silent=True)
+    return found.strip().endswith("True")
+
+
+def _install_from_checkout(session: nox.Session) -> None:
+    """The three packages without build isolation or dependency resolution (their dependencies, torch and numpy,
+    come with torch), so that nothing is fetched where the build tools are at hand."""
+    wheels = os.environ.get("WHEELS")
+    if wheels:
+        session.install("--no-index", "--no-deps", *(str(w) for w in sorted(Path(wheels).glob("*.whl"))))
+    missing = [pkg for module, pkg in BUILD_BACKENDS.items() if not _importable(session, module)]
+    if missing:
+        session.install(*missing)
+    session.install("--no-build-isolation", "--no-deps", *PACKAGES)
 
 
 @nox.session

@@ -10,6 +10,7 @@ Each target is a module (asmgen.sm90a, asmgen.gfx950) with
                            resources, which the build fills in; each entry is validated by zyfa_kernels' rules)
     build(kernel, path)    write the code object for `kernel` to `path`
     inspect(kernel, path)  read back what the object declares: {"symbols": [...], "resources": {...}}
+and entries of other kinds (e.g. the sm90a V^T pre-pass) from the modules KIND_MODULES names, likewise.
 The manifest is the one description of every object that the loader and the dispatch read.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
+import importlib.util
 import json
 import sys
 import tempfile
@@ -36,16 +38,30 @@ def _target(name: str):
     return importlib.import_module(f"asmgen.{name}")
 
 
+# Entries of a kind other than attention come from a module of their own in the target's package (when it has
+# one), with its own KERNELS, build() and inspect(): the target module's KERNELS stay attention kernels only.
+KIND_MODULES = {"transpose_v": "transpose"}
+
+
+def target_kernels(name: str) -> list[tuple[object, dict]]:
+    """(module that builds it, entry) for every object of the target: its attention kernels, then other kinds."""
+    found = [(_target(name), kernel) for kernel in _target(name).KERNELS]
+    for module in KIND_MODULES.values():
+        if importlib.util.find_spec(f"asmgen.{name}.{module}") is not None:
+            mod = importlib.import_module(f"asmgen.{name}.{module}")
+            found += [(mod, kernel) for kernel in mod.KERNELS]
+    return found
+
+
 def build_target(name: str, package: Path) -> list[dict]:
     """Build one target's objects under package/objects/<target>/ and return their manifest entries."""
-    mod = _target(name)
     entries = []
-    for kernel in mod.KERNELS:
+    for builder, kernel in target_kernels(name):
         path = package / "objects" / name / kernel["file"]
         path.parent.mkdir(parents=True, exist_ok=True)
         print(f"[{name}] {kernel['name']} -> {path.name}", file=sys.stderr)
-        mod.build(kernel, path)
-        info = mod.inspect(kernel, path)
+        builder.build(kernel, path)
+        info = builder.inspect(kernel, path)
         if kernel["symbol"] not in info["symbols"]:
             raise SystemExit(f"{path.name}: symbol {kernel['symbol']} not found in {info['symbols']}")
         entry = {

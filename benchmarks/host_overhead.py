@@ -7,14 +7,15 @@ us/call, with the range. Shapes: batch 1, `--heads` heads (MHA), d = 128, S in `
 multiple of the tiles shows the padding copies of kernels without masked tails), BF16 and FP8 (one-element
 descale tensors, as fp8_quantize returns).
 
-    python benchmarks/host_overhead.py                 # on an H100/H200: ZYFA, torch SDPA and FA3 (if importable)
-    python benchmarks/host_overhead.py --fake          # anywhere: ZYFA's whole path against the fake CUDA driver
-    python benchmarks/host_overhead.py --fake --profile 20  # and the 20 functions with the most own time (cProfile)
-    python benchmarks/host_overhead.py --fake --fake-target gfx950  # the FP8 path of the gfx950 backend
+    python -m benchmarks.host_overhead                 # on an H100/H200: ZYFA, torch SDPA and FA3 (if importable)
+    python -m benchmarks.host_overhead --fake          # anywhere: ZYFA's whole path against the fake CUDA driver
+    python -m benchmarks.host_overhead --fake --profile 20  # and the 20 functions with the most own time (cProfile)
+    python -m benchmarks.host_overhead --fake --fake-target gfx950  # the FP8 path of the gfx950 backend
 
 --fake (the default without a CUDA GPU) runs CPU tensors through the sm90a backend as if they were on an H200:
 the fake driver of zyfa_kernels.testing (built with `cc`) loads fake code objects with the manifest's argument
-layouts and records nothing; only the device hooks (stream, device index, the job table upload) are replaced, and
+layouts and records nothing; only the device hooks (stream, device index, where a tensor lives, the job table
+upload) are replaced, and
 the value checks of CPU tensors skipped as they are for GPU tensors.
 Kernels the manifest lacks (e.g. FP8 on sm90a) are reported as such. Prints a table and, with --out, writes JSON.
 """
@@ -48,7 +49,7 @@ def fake_gpu(tmp: Path, target: str) -> str:
     from zyfa_kernels.args import ARG_TYPES
 
     entries = []
-    for kernel in zyfa_kernels.manifest().kernels:  # the shipped entries, with fake objects of the same layouts
+    for kernel in zyfa_kernels.manifest().objects:  # the shipped entries, with fake objects of the same layouts
         params = ",".join(f"{offset}:{ARG_TYPES[kind].size}"
                           for offset, kind in zip(kernel.layout.offsets, kernel.layout.types, strict=True))
         entries.append((kernel.fields, fake_image(kernel.symbol, params if kernel.target == "sm90a" else None)))
@@ -61,6 +62,7 @@ def fake_gpu(tmp: Path, target: str) -> str:
     checks.cpu_values = lambda *args: None  # GPU tensors' values are not checked (that would wait for the device)
     backends.describe = lambda d: backends.DeviceDescription(*FAKE_DEVICES[target])
     device.device_index = lambda t: 0
+    device.on_gpu = lambda t: True  # the FP8 V^T pre-pass launches its kernel too
     device.current_stream = lambda index: 0
     device.capturing = lambda: False
     device.upload = lambda host, index: (torch.from_numpy(host),) * 2  # job tables stay in host memory

@@ -1,10 +1,11 @@
 """Chart of sm90a benchmark runs: ZYFA's throughput relative to cuDNN's per sequence length, one panel per head-dim
 configuration, MHA and GQA, one line per run (each run's ratios come from that run alone), with the 1.10x target.
 
-    python benchmarks/plot_sm90a.py RUN.json [RUN.json ...] --out docs/sm90a-ratios.png [--label NAME ...]
+    python -m benchmarks.plot_sm90a RUN.json [RUN.json ...] --out docs/sm90a-ratios.png [--label NAME ...]
 
-RUN.json is what benchmarks/sm90a_bf16.py writes (bench_sm90a.json); the line is its "zyfa" column, the public call
-as dispatched in that run.
+RUN.json is what `python -m zyfa_tools.bench` writes (bench.json: BF16 rows of the contenders "zyfa", the public
+call as dispatched in that run, and "sdpa-cudnn"), or a run of the earlier sm90a BF16 script (bench_sm90a.json,
+whose rows hold every contender's TFLOP/s under "tflops", cuDNN's as "cudnn": the curated runs of 2026-11-29).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ HEAD_DIMS = ((128, 128), (192, 128))
 
 def ratios(report: dict, d_qk: int, d_v: int, gqa: bool) -> list[tuple[int, float]]:
     """(seqlen, ours / cuDNN) of one run for one configuration, in order of seqlen."""
+    if report["rows"] and "contender" in report["rows"][0]:
+        return _bench_ratios(report["rows"], d_qk, d_v, gqa)
     out = []
     for row in report["rows"]:
         if (row["d_qk"], row["d_v"]) != (d_qk, d_v) or (row["heads_k"] != row["heads"]) != gqa:
@@ -30,9 +33,25 @@ def ratios(report: dict, d_qk: int, d_v: int, gqa: bool) -> list[tuple[int, floa
     return sorted(out)
 
 
+def _bench_ratios(rows: list[dict], d_qk: int, d_v: int, gqa: bool) -> list[tuple[int, float]]:
+    """ratios() of zyfa_tools.bench's rows: one row per contender and configuration."""
+    tflops: dict = {}
+    for row in rows:
+        if row["dtype"] == "bf16" and (row["d_qk"], row["d_v"]) == (d_qk, d_v) and \
+                (row["heads_k"] != row["heads"]) == gqa:
+            tflops.setdefault((row["seqlen"], row["heads"], row["heads_k"]), {})[row["contender"]] = row["tflops"]
+    return sorted((key[0], t["zyfa"] / t["sdpa-cudnn"]) for key, t in tflops.items()
+                  if "zyfa" in t and t.get("sdpa-cudnn"))
+
+
+def device_name(report: dict) -> str:
+    machine = report.get("machine")
+    return machine.get("gpu", {}).get("name", machine["device"]) if machine else report["device"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("runs", nargs="+", help="bench_sm90a.json files")
+    ap.add_argument("runs", nargs="+", help="bench.json (or bench_sm90a.json) files")
     ap.add_argument("--out", required=True, help="image to write (.png)")
     ap.add_argument("--label", nargs="+", help="one name per run (default: the file names)")
     args = ap.parse_args()
@@ -62,7 +81,7 @@ def main() -> int:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(f"ZYFA / cuDNN BF16 throughput (target {TARGET:.2f})")
     axes[-1].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"sm90a BF16 causal forward, {reports[0]['device']}: ratio to cuDNN in the same run")
+    fig.suptitle(f"sm90a BF16 causal forward, {device_name(reports[0])}: ratio to cuDNN in the same run")
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)
     print(f"wrote {args.out}", file=sys.stderr)

@@ -13,7 +13,7 @@ with a sink 12 and 8 binades above the tail), of ours, FA3 FP8 and the numerics 
 manifest entry (and the model with per-64-key-block scaling, to show what it would gain); the kernel against the
 model (BF16 units, lse), determinism, any sequence length (no padding: the kernels mask their last tiles).
 
-    python benchmarks/sm90a_fp8.py --out DIR [--seqlens 2048 ...] [--accuracy] [--variants DIR]
+    python -m benchmarks.sm90a_fp8 --out DIR [--seqlens 2048 ...] [--accuracy] [--variants DIR]
 Writes DIR/bench_sm90a_fp8.json (after every configuration) and DIR/bench_sm90a_fp8.md; prints the tables.
 """
 
@@ -32,16 +32,17 @@ import zyfa
 import zyfa_kernels
 from zyfa import numerics
 from zyfa.backends import sm90a
+from zyfa_tools.bench.contenders import model_kwargs
+from zyfa_tools.bench.protocol import Clock, causal_flops, heads_for, watchdog
 from zyfa_tools.inputs import activation_like, gaussian, quantize
-from zyfa_tools.reference import attention_fp64
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
-from gpu_common import bf16_ulps, causal_flops, device_time_ms, event_time_ms, model_kwargs, rel_rms, watchdog  # noqa: E402
+from zyfa_tools.reference import attention_fp64, bf16_ulps
+from zyfa_tools.reference import relative_rms_error as rel_rms
 
 FP8_PEAK_TFLOPS = 1979.0  # H100/H200 dense FP8
 HEAD_DIMS = tuple(sorted({(k.d_qk, k.d_v) for k in zyfa_kernels.manifest().of("sm90a")}))  # from the manifest
 SEQLENS = (2048, 4096, 8192, 16384, 32768)
 FIRST_CALL_LIMIT_S = 30.0
+CLOCK = Clock(torch.device("cuda"))
 # (batch, seqlen, heads, heads_k): lengths that are no multiple of the tiles, GQA, batch > 1
 ACCURACY_SHAPES = ((1, 4096, 8, 8), (1, 4096, 8, 2), (2, 1000, 4, 2), (1, 777, 6, 3), (3, 130, 2, 1), (1, 1, 2, 2))
 INPUT_KINDS = {"gaussian": {}, "activation_sink12": {"sink_binades": 12.0}, "activation_sink8": {"sink_binades": 8.0}}
@@ -50,10 +51,6 @@ INPUT_KINDS = {"gaussian": {}, "activation_sink12": {"sink_binades": 12.0}, "act
 def label(variant_name: str) -> str:
     """A variant's short name: what follows its shipped kernel's name."""
     return variant_name.rsplit("_independent_", 1)[-1]
-
-
-def heads_for(seqlen: int) -> int:
-    return max(32, 262144 // seqlen)
 
 
 def fp8_inputs(batch, seqlen, heads, heads_k, d_qk, d_v, kind="gaussian", seed=0):
@@ -165,8 +162,8 @@ def bench(seqlen, heads, heads_k, d_qk, d_v, args, variants) -> dict:
     eager = {n: [] for n in names}
     for rnd in range(args.rounds):
         for name in names[rnd % len(names):] + names[:rnd % len(names)]:
-            graph[name].append(device_time_ms(runs[name], calls, calls))
-            eager[name].append(event_time_ms(runs[name], calls, 2))
+            graph[name].append(CLOCK.kernel_ms(runs[name], calls, calls)[0])
+            eager[name].append(CLOCK.eager_ms(runs[name], calls))
     flops = causal_flops(1, heads, seqlen, d_qk, d_v)
     row = {"seqlen": seqlen, "heads": heads, "heads_k": heads_k, "d_qk": d_qk, "d_v": d_v, "kernel_name": kernel.name,
            "calls": calls, "ms_graph": {n: statistics.median(t) for n, t in graph.items()},

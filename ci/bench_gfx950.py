@@ -1,16 +1,18 @@
-"""Benchmark of the gfx950 FP8 kernels against the peers available on ROCm, in the same run (the protocol of
+"""Benchmark of the gfx950 FP8 kernels (and the BF16 ones, contender zyfa_bf16) against the peers available on ROCm,
+in the same run (the protocol of
 docs/design.md, with fewer repetitions when asked: see --calls, --warmup, --rounds): torch SDPA in BF16 (flash or
 memory-efficient backend; the math fallback is not a peer) and AITER's FP8 attention when the `aiter` package is
 importable (otherwise skipped, with the reason in the results).
 
 Causal, batch 1, S in --seqlens, max(32, 262144/S) query heads, MHA and GQA 4:1, Gaussian q/k/v with std 0.1,
-throughput = B H S^2 (d_qk + d_v) / time, kernel-only device time (graph replays of `calls` calls after `warmup`
-calls; event timing of eager calls for a contender that cannot be captured), contenders in rotated order over
-`rounds` rounds, the median round reported; 5 s idle before S >= 16K. Sustained-clock mode on activation-like inputs
-at --sustained-seqlens: per repetition 2 s idle, 1 s of back-to-back calls, >= 3 s timed; median of 3. Also the
-relative RMS error against float64 of each contender on its own inputs (--error-heads heads, S <= --error-max-seqlen).
+throughput = B H S^2 (d_qk + d_v) / time, kernel-only device time (zyfa_tools.bench.protocol.Clock: graph replays
+of `calls` calls after `warmup` calls; torch.profiler's kernel times for a contender that cannot be captured),
+contenders in rotated order over `rounds` rounds, the median round reported; 5 s idle before S >= 16K.
+Sustained-clock mode on activation-like inputs at --sustained-seqlens: per repetition 2 s idle, 1 s of
+back-to-back calls, >= 3 s timed; median of 3. Also the relative RMS error against float64 of each contender on
+its own inputs (--error-heads heads, S <= --error-max-seqlen).
 
-    python ci/bench_gfx950.py --out DIR [--seqlens 2048 8192 ...] [--head-dims 128,192] [--sustained-seqlens]
+    python -m ci.bench_gfx950 --out DIR [--seqlens 2048 8192 ...] [--head-dims 128,192] [--sustained-seqlens]
 Writes DIR/bench_gfx950.json and DIR/bench_gfx950.md and prints the table last.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import statistics
@@ -32,16 +35,31 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import zyfa
 from zyfa import backends
 from zyfa_tools import inputs
+from zyfa_tools.bench import protocol
+from zyfa_tools.bench.protocol import Clock, Sustained, causal_flops
 from zyfa_tools.reference import attention_fp64
+from zyfa_tools.reference import relative_rms_error as rel_rms
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gfx950_validation as cfg  # noqa: E402
-from gpu_common import add_protocol_arguments, causal_flops, rel_rms, sustained_time_ms, timed_ms  # noqa: E402
+from . import gfx950_validation as cfg
 
 FP8 = torch.float8_e4m3fn
 DEVICE = "cuda"
 STD = 0.1
-SUSTAINED = {"idle_s": 2.0, "warm_s": 1.0, "timed_s": 3.0, "repeats": 3}
+CLOCK = Clock(torch.device(DEVICE))
+
+
+def add_protocol_arguments(ap, seqlens) -> None:
+    """The benchmark protocol's options (docs/design.md; the defaults are zyfa_tools.bench.protocol's)."""
+    ap.add_argument("--out", default="out")
+    ap.add_argument("--seqlens", type=int, nargs="+", default=list(seqlens))
+    ap.add_argument("--head-dims", default="128,192", help="d_qk values to run (d_v = 128)")
+    ap.add_argument("--calls", type=int, default=protocol.CALLS, help="timed calls per measurement")
+    ap.add_argument("--warmup", type=int, default=protocol.WARMUP, help="warm-up calls before them")
+    ap.add_argument("--rounds", type=int, default=protocol.ROUNDS, help="rounds, the order of the contenders rotated")
+    ap.add_argument("--idle", type=float, default=protocol.IDLE_BEFORE_LONG_S,
+                    help=f"seconds idle before S >= {protocol.LONG_SEQLEN}")
+    ap.add_argument("--error-heads", type=int, default=4, help="query heads of the fp64 error measurement")
+    ap.add_argument("--error-max-seqlen", type=int, default=8192, help="longest S whose error is measured")
 
 
 def sync() -> None:
@@ -93,6 +111,10 @@ class Problem:
         qd, kd, vd = self.descale_kv
         return zyfa.flash_attn_func(q, k, v, causal=True, q_descale=qd, k_descale=kd, v_descale=vd, layout="bhsd")
 
+    def zyfa_bf16(self):  # the BF16 kernels on the peers' BF16 inputs
+        q, k, v = self.bf16
+        return zyfa.flash_attn_func(q, k, v, causal=True, layout="bhsd")
+
     def sdpa(self):
         q, k, v = self.bf16
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
@@ -117,7 +139,7 @@ def activation_problem(seqlen, heads, heads_k, d_qk, d_v, seed=0) -> Problem:
 
 
 def contenders(p: Problem, aiter_fn) -> dict:
-    runs = {"zyfa": p.zyfa, "sdpa": p.sdpa}
+    runs = {"zyfa": p.zyfa, "zyfa_bf16": p.zyfa_bf16, "sdpa": p.sdpa}
     if aiter_fn is not None:
         runs["aiter"] = lambda: p.aiter(aiter_fn)
     return runs
@@ -149,6 +171,7 @@ def errors(p: Problem, names: list[str], heads: int, aiter_fn) -> dict:
                              v_descale=p.descale_one[2])
     bf16_ref = attention_fp64(*(t.transpose(1, 2) for t in sub.bf16))
     outputs = {"zyfa": (lambda: sub.zyfa().transpose(1, 2), fp8_ref),
+               "zyfa_bf16": (lambda: sub.zyfa_bf16().transpose(1, 2), bf16_ref),
                "sdpa": (lambda: sub.sdpa().transpose(1, 2), bf16_ref),
                "aiter": (lambda: sub.aiter(aiter_fn), fp8_ref)}
     result = {}
@@ -171,7 +194,7 @@ def bench_config(c: dict, args, aiter_fn) -> dict:
     for rnd in range(args.rounds):
         for name in cfg.rotated([n for n in names if n not in row["declined"]], rnd):
             try:
-                ms, how = timed_ms(runs[name], row["calls"], row["warmup"])
+                ms, how = CLOCK.kernel_ms(runs[name], row["calls"], row["warmup"])
             except Exception as error:
                 row["declined"][name] = first_line(error)
                 continue
@@ -188,14 +211,14 @@ def bench_config(c: dict, args, aiter_fn) -> dict:
     return row
 
 
-def sustained_config(c: dict, aiter_fn, protocol: dict) -> dict:
+def sustained_config(c: dict, aiter_fn, protocol: Sustained) -> dict:
     p = activation_problem(c["seqlen"], c["heads"], c["heads_k"], c["d_qk"], c["d_v"])
     row = {**c, "inputs": "activation", "ms": {}, "tflops": {}, "declined": {}}
     runs = contenders(p, aiter_fn)
     flops = causal_flops(c["batch"], c["heads"], c["seqlen"], c["d_qk"], c["d_v"])
     for name in probe(runs, row["declined"]):
         try:
-            ms = statistics.median(sustained_time_ms(runs[name], **protocol))
+            ms = statistics.median(CLOCK.sustained_ms(runs[name], protocol))
         except Exception as error:
             row["declined"][name] = first_line(error)
             continue
@@ -213,9 +236,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick-sustained", action="store_true",
                     help="a tenth of the sustained-clock durations, one repetition (a rehearsal, not the protocol)")
     args = ap.parse_args(argv)
-    sustained_protocol = dict(SUSTAINED)
-    if args.quick_sustained:
-        sustained_protocol = {**{k: v / 10 for k, v in SUSTAINED.items() if k != "repeats"}, "repeats": 1}
+    sustained_protocol = Sustained().shortened(10) if args.quick_sustained else Sustained()
 
     wanted = {int(d) for d in args.head_dims.split(",")}
     dims = [d for d in cfg.HEAD_DIMS if d[0] in wanted]
@@ -251,7 +272,7 @@ def main(argv=None) -> int:
         "aiter": aiter_info if aiter_fn is not None else None,
         "protocol": {"calls": args.calls, "warmup": args.warmup, "rounds": args.rounds, "idle_s": args.idle,
                      "error_heads": args.error_heads, "error_max_seqlen": args.error_max_seqlen},
-        "sustained_protocol": sustained_protocol, "rows": rows, "sustained": sustained,
+        "sustained_protocol": dataclasses.asdict(sustained_protocol), "rows": rows, "sustained": sustained,
     }
     if aiter_fn is None:
         report["aiter_note"] = aiter_info

@@ -4,7 +4,7 @@ tolerances and verdict of one accuracy case, the benchmark's configurations, the
 Pure (no GPU, no torch): ci/gpu_check_gfx950.py and ci/bench_gfx950.py use it on the MI355X and the CPU tests use it
 anywhere. As a script it prints the summary of a finished run (the last stage of ci/gpu.sh on gfx950):
 
-    python ci/gfx950_validation.py [--out DIR]     reads DIR/gpu_check_gfx950.json and DIR/bench_gfx950.json
+    python -m ci.gfx950_validation [--out DIR]     reads DIR/gpu_check_gfx950.json and DIR/bench_gfx950.json
 """
 
 from __future__ import annotations
@@ -187,10 +187,11 @@ def markdown(report: dict) -> str:
         f"# gfx950 FP8 causal forward: {report['device']}",
         "",
         f"torch {report['torch']} (HIP {report.get('hip')}), zyfa {report['zyfa']}, AITER {aiter}. Kernel-only "
-        f"device time (graph replays of the calls; plain event timing where a contender cannot be captured), median "
-        f"of {p['rounds']} rounds in rotated order; up to S = {SHORT_SEQLEN} {p['calls']} timed calls after "
-        f"{p['warmup']} warm-up calls, fewer beyond (S^2 scaling, at least {MIN_CALLS}); {p['idle_s']} s idle before "
-        f"S >= {LONG_SEQLEN}. Gaussian inputs of std 0.1, batch 1. TFLOP/s = B H S^2 (d_qk + d_v) / time; peaks "
+        f"device time (graph replays of the calls; torch.profiler's kernel times where a contender cannot be "
+        f"captured), median of {p['rounds']} rounds in rotated order; up to S = {SHORT_SEQLEN} {p['calls']} timed "
+        f"calls after {p['warmup']} warm-up calls, fewer beyond (S^2 scaling, at least {MIN_CALLS}); "
+        f"{p['idle_s']} s idle before S >= {LONG_SEQLEN}. Gaussian inputs of std 0.1, batch 1. TFLOP/s = "
+        f"B H S^2 (d_qk + d_v) / time; peaks "
         f"{PEAK_TFLOPS['fp8']:.0f} (FP8) and {PEAK_TFLOPS['bf16']:.0f} (BF16). Errors: relative RMS vs float64 on "
         f"each contender's own inputs (FP8 decoded, BF16), first query heads, S <= {p['error_max_seqlen']}.",
         "",

@@ -5,9 +5,8 @@
 #
 # On sm90a (H100/H200):
 #   ci/gpu.sh [STAGE ...]     stages: install sass check sanitize bench (default: all, in that order), and on
-#                             request: exp2 (accuracy of the FMA-pipe exponential), variants (the BF16
-#                             measurement variants of asmgen/sm90a/experiments against the model), profile (Nsight Compute,
-#                             ci/profile_sm90a.py)
+#                             request: exp2 (accuracy of the FMA-pipe exponential), variants (the benchmark's kernel
+#                             variants against the model), profile (Nsight Compute, ci/profile_sm90a.py)
 # On gfx950 (MI355X):
 #   ci/gpu.sh [STAGE ...]     stages: install check bench summary (default: all, in that order), and on request:
 #                             small (the check on one small configuration)
@@ -27,7 +26,7 @@ install() {  # the three packages, built here without network (WHEELS: build too
 
 gpu=${GPU_TARGET:-}
 if [ -z "$gpu" ]; then
-  detected=$("$PY" ci/gpu_target.py --describe)
+  detected=$("$PY" -m ci.gpu_target --describe)
   gpu=${detected%% *}
   echo "=== target: $detected"
 fi
@@ -40,17 +39,17 @@ if [ "$gpu" = gfx950 ]; then
     case "$stage" in
       install) install ;;
       check)
-        "$PY" ci/gpu_check_gfx950.py --out "$OUT" || failed+=(check)
+        "$PY" -m ci.gpu_check_gfx950 --out "$OUT" || failed+=(check)
         ;;
       small)
-        "$PY" ci/gpu_check_gfx950.py --small --out "$OUT" || failed+=(small)
+        "$PY" -m ci.gpu_check_gfx950 --small --out "$OUT" || failed+=(small)
         ;;
       bench)
         # shellcheck disable=SC2086
-        "$PY" ci/bench_gfx950.py --out "$OUT" ${BENCH_ARGS:-} || failed+=(bench)
+        "$PY" -m ci.bench_gfx950 --out "$OUT" ${BENCH_ARGS:-} || failed+=(bench)
         ;;
       summary)
-        "$PY" ci/gfx950_validation.py --out "$OUT"
+        "$PY" -m ci.gfx950_validation --out "$OUT"
         ;;
       *)
         echo "unknown stage $stage for gfx950 (install check bench summary small)" >&2
@@ -85,35 +84,44 @@ for stage in "${stages[@]}"; do
       "$PY" -m asmgen.sm90a report | tee "$OUT/sass_report.md"  # the key-tile steps (asmgen/sm90a/sass.py)
       ;;
     check)
-      "$PY" ci/gpu_check.py --out "$OUT"
+      "$PY" -m ci.gpu_check --out "$OUT"
       ;;
     sanitize)  # memcheck and racecheck of our kernels on small configurations (API errors: probing is expected)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool "$tool" --kernel-name kns=zyfa_sm90a --report-api-errors no --error-exitcode 1 \
-          "$PY" ci/gpu_check.py --small --out "$OUT/$tool"
+          "$PY" -m ci.gpu_check --small --out "$OUT/$tool"
       done
       ;;
     exp2)
-      "$PY" ci/gpu_exp2_poly.py --out "$OUT"
+      "$PY" -m ci.gpu_exp2_poly --out "$OUT"
       ;;
     profile)  # Nsight Compute counters and per-instruction stall samples of ours and cuDNN's kernel (PROFILE_ARGS)
       # shellcheck disable=SC2086
       ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | tail -1)
       "$ncu" --clock-control none -f -o "$OUT/profile" -k 'regex:zyfa|sdpa|fmha|fprop' \
         --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-        --section InstructionStats --section SourceCounters "$PY" ci/profile_sm90a.py ${PROFILE_ARGS:-}
+        --section InstructionStats --section SourceCounters "$PY" -m ci.profile_sm90a ${PROFILE_ARGS:-}
       "$ncu" -i "$OUT/profile.ncu-rep" > "$OUT/profile.txt"
       "$ncu" -i "$OUT/profile.ncu-rep" --page source --csv --print-source sass > "$OUT/profile_sass.csv"
-      "$PY" ci/profile_summary.py "$OUT/profile.txt" "$OUT/profile_sass.csv" | tee "$OUT/profile.md"
+      "$PY" -m ci.profile_summary "$OUT/profile.txt" "$OUT/profile_sass.csv" | tee "$OUT/profile.md"
       ;;
     variants)
       variants=$(mktemp -d)
       "$PY" -m asmgen.sm90a.experiments "$variants" --dtype bf16  # the FP8 ones: asmgen/sm90a/experiments/measure.py
-      "$PY" ci/gpu_check.py --variants "$variants" --out "$OUT"
+      "$PY" -m ci.gpu_check --variants "$variants" --out "$OUT"
       ;;
-    bench)
+    bench)  # the protocol, then its sustained-clock mode; the variants named by SM90A_VARIANT_ARGS are timed too
+      variant_args=()
+      if [ -n "${SM90A_VARIANT_ARGS:-}" ]; then
+        variants=$(mktemp -d)
+        # shellcheck disable=SC2086
+        "$PY" -m asmgen.sm90a.experiments "$variants" $SM90A_VARIANT_ARGS
+        variant_args=(--variants "$variants")
+      fi
       # shellcheck disable=SC2086
-      "$PY" benchmarks/sm90a_bf16.py --out "$OUT" ${BENCH_ARGS:-}
+      "$PY" -m zyfa_tools.bench --out "$OUT/bench" "${variant_args[@]}" ${BENCH_ARGS:-}
+      # shellcheck disable=SC2086
+      "$PY" -m zyfa_tools.bench --sustained --out "$OUT/bench-sustained" ${BENCH_ARGS:-}
       ;;
     *)
       echo "unknown stage $stage (install sass check sanitize bench exp2 variants profile)" >&2

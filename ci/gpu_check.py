@@ -4,8 +4,8 @@ determinism, CUDA graph capture and replay, torch.compile, and a tensor over 4 G
 (model configured from their manifest entries, activation-like and Gaussian inputs, the descale forms), and every
 kernel that masks its last tiles on lengths that are no multiple of them, unpadded.
 
-    python ci/gpu_check.py [--out DIR] [--small]     (--small: one tiny configuration, for compute-sanitizer)
-    python ci/gpu_check.py --variants DIR            (the accuracy checks and determinism of each BF16 kernel
+    python -m ci.gpu_check [--out DIR] [--small]     (--small: one tiny configuration, for compute-sanitizer)
+    python -m ci.gpu_check --variants DIR            (the accuracy checks and determinism of each BF16 kernel
                                                       variant of DIR/manifest.json, from
                                                       python -m asmgen.sm90a.experiments --dtype bf16)
 Writes DIR/gpu_check.json (gpu_check_variants.json) and exits non-zero when a check fails.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -27,10 +26,12 @@ import zyfa
 import zyfa_kernels
 from zyfa import numerics
 from zyfa.backends import sm90a
-from zyfa_tools.reference import attention_fp64
+from zyfa_tools.bench.contenders import model_kwargs
+from zyfa_tools.bench.protocol import watchdog
+from zyfa_tools.reference import attention_fp64, bf16_ulps
+from zyfa_tools.reference import relative_rms_error as rel_rms
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_common import bf16_ulps, model_kwargs, print_items, rel_rms, watchdog  # noqa: E402
+from .gpu_common import poison_allocator, print_items
 
 HEAD_DIMS = tuple(sorted({(k.d_qk, k.d_v) for k in zyfa_kernels.manifest().of("sm90a")}))  # from the manifest
 TAU = {128: 0.5, 192: 8.0}  # the kernels' rescale thresholds (manifest rescale_threshold)
@@ -70,12 +71,6 @@ def inputs(batch, seqlen, heads, heads_k, d_qk, d_v, layout, *, std=STD, seed=0)
 
 def as_bshd(t, layout):
     return t if layout == "bshd" else t.transpose(1, 2)
-
-
-def poison_allocator(nbytes: int) -> None:
-    """Fill memory the caching allocator will hand out next with NaN, so unwritten outputs show."""
-    block = torch.full((nbytes // 4 + 1,), math.nan, device="cuda")
-    del block
 
 
 def attn(q, k, v, layout):
@@ -224,6 +219,11 @@ def fp8_kernels():
     return [k for k in zyfa_kernels.manifest().kernels if k.target == "sm90a" and k.dtype == "fp8e4m3"]
 
 
+def p_mode_of(kernel) -> dict:
+    """The public call's p_mode that reaches `kernel`: none for the default entry, its own otherwise."""
+    return {} if kernel.p_mode_default else {"p_mode": kernel.p_mode}
+
+
 def check_fp8(kernel, shape, kind, *, limit_s=CALL_LIMIT_S):
     """The public call on FP8 inputs (descales as (batch, heads_k) tensors) against the model configured from the
     kernel's manifest entry and float64; the kernel itself unpadded; determinism."""
@@ -233,7 +233,8 @@ def check_fp8(kernel, shape, kind, *, limit_s=CALL_LIMIT_S):
 
     def call():
         with watchdog(f"flash_attn_func FP8 on {shape}", limit_s):
-            result = zyfa.flash_attn_func(q, k, v, causal=True, layout=layout, return_lse=True, **desc)
+            result = zyfa.flash_attn_func(q, k, v, causal=True, layout=layout, return_lse=True, **desc,
+                                          **p_mode_of(kernel))
             torch.cuda.synchronize()
         return result
 
@@ -265,19 +266,25 @@ def check_fp8(kernel, shape, kind, *, limit_s=CALL_LIMIT_S):
 
 
 def check_fp8_descales(kernel):
-    """The three descale forms (a float, a one-element tensor, (batch, heads_k)) give the same result when they
-    hold the same values, and per-(batch, kv head) values are applied to their own heads."""
+    """The descale forms (a float, a one-element tensor, (batch, heads_k), an expanded one-element view) give the
+    same result when they hold the same values, and per-(batch, kv head) values, also read through a transposed
+    view's strides, are applied to their own heads."""
     shape = (2, 512, 4, 2, "bshd")
     q, k, v, desc = fp8_inputs(shape, kernel.d_qk, kernel.d_v, "gaussian", seed=5)
+    mode = p_mode_of(kernel)
     full = {n: torch.full_like(t, 0.01) for n, t in desc.items()}
     one = {n: torch.tensor([0.01], device="cuda") for n in desc}
     plain = {n: 0.01 for n in desc}
-    runs = [zyfa.flash_attn_func(q, k, v, causal=True, **f) for f in (full, one, plain)]
+    expanded = {n: torch.tensor([[0.01]], device="cuda").expand(t.shape) for n, t in desc.items()}
+    runs = [zyfa.flash_attn_func(q, k, v, causal=True, **f, **mode) for f in (full, one, plain, expanded)]
     same = all(torch.equal(r, runs[0]) for r in runs)
-    out = zyfa.flash_attn_func(q, k, v, causal=True, **desc)
+    out = zyfa.flash_attn_func(q, k, v, causal=True, **desc, **mode)
+    strided = {n: t.t().contiguous().t() for n, t in desc.items()}  # the same values, strides (1, batch)
+    strided_equal = bool(torch.equal(zyfa.flash_attn_func(q, k, v, causal=True, **strided, **mode), out))
     model = numerics.attention(q, k, v, **desc, **model_kwargs(kernel))
-    return {"d_qk": kernel.d_qk, "forms_agree": same, "per_head_vs_model": rel_rms(out, model),
-            "ok": bool(same and rel_rms(out, model) < 0.05)}
+    return {"kernel": kernel.name, "d_qk": kernel.d_qk, "forms_agree": same, "strided_equal": strided_equal,
+            "per_head_vs_model": rel_rms(out, model),
+            "ok": bool(same and strided_equal and rel_rms(out, model) < 0.05)}
 
 
 def check_fp8_graph(kernel):
@@ -379,8 +386,9 @@ def main() -> int:
                          for kind in (FP8_INPUTS if not args.small else ("gaussian",))]
     if not args.small and not args.variants:
         report["fp8_items"] = ([check_fp8_descales(kern) for kern in fp8_kernels()]
-                               + [check_fp8_graph(kern) for kern in fp8_kernels()]
-                               + [check_fp8_compile(kern) for kern in fp8_kernels()] + [check_fp8_large()])
+                               + [check_fp8_graph(kern) for kern in fp8_kernels() if kern.p_mode_default]
+                               + [check_fp8_compile(kern) for kern in fp8_kernels() if kern.p_mode_default]
+                               + [check_fp8_large()])
         report["tails"] = check_bf16_tails()
         # Wider scores make the lazy rescaling fire on many tiles.
         report["accuracy"] += [check_shape(WIDE_SHAPE, dq, dv, scale_inputs=20.0) for dq, dv in HEAD_DIMS]

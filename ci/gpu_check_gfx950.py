@@ -1,12 +1,13 @@
-"""Validate the gfx950 FP8 kernels on an MI355X through the public path (flash_attn_func with FP8 inputs and every
+"""Validate the gfx950 kernels on an MI355X through the public path (flash_attn_func with FP8 inputs and every
 accepted descale form -> torch.ops.zyfa.fwd -> zyfa.backends.gfx950 -> zyfa_kernels' HIP launch): agreement with the
 numerics model at the kernel's own configuration (p_mode, tile_n, scale_block, tau from the manifest; tight) and
 with float64 attention on the decoded inputs, every output element written (poisoned allocations), bitwise
 determinism, HIP graph capture and replay after a first call, torch.compile(fullgraph=True), and tensors over 4 GiB.
-The cases and tolerances are in ci/gfx950_validation.py.
+The accuracy cases also run the kernels a call reaches besides the FP8 defaults (p_mode="exact" at d = 128, and the
+BF16 kernels on BF16 inputs). The cases and tolerances are in ci/gfx950_validation.py.
 
-    python ci/gpu_check_gfx950.py [--out DIR] [--small]
-    ZYFA_BACKEND=reference python ci/gpu_check_gfx950.py --expect-backend reference --out DIR
+    python -m ci.gpu_check_gfx950 [--out DIR] [--small]
+    ZYFA_BACKEND=reference python -m ci.gpu_check_gfx950 --expect-backend reference --out DIR
         (a rehearsal on another GPU: the same script through the reference backend, whose key tile is its own)
 Writes DIR/gpu_check_gfx950.json (gpu_check_gfx950_small.json) and exits non-zero when a check fails.
 """
@@ -30,11 +31,11 @@ import zyfa_kernels
 from zyfa import backends, numerics
 from zyfa.backends import reference as reference_backend
 from zyfa_tools import inputs
-from zyfa_tools.reference import attention_fp64
+from zyfa_tools.reference import attention_fp64, bf16_ulps
+from zyfa_tools.reference import relative_rms_error as rel_rms
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gfx950_validation as cfg  # noqa: E402
-from gpu_common import bf16_ulps, poison_allocator, print_items, rel_rms  # noqa: E402
+from . import gfx950_validation as cfg
+from .gpu_common import poison_allocator, print_items
 
 FP8 = torch.float8_e4m3fn
 TARGET = "gfx950"
@@ -79,6 +80,13 @@ def gfx950_kernels() -> dict[tuple[int, int], object]:
     """The manifest's default gfx950 FP8 kernel (p_mode_default) by (d_qk, d_v): what a call without p_mode runs."""
     return {(k.d_qk, k.d_v): k for k in zyfa_kernels.manifest().kernels
             if k.target == TARGET and k.dtype == "fp8e4m3" and k.p_mode_default}
+
+
+def other_kernels() -> list:
+    """The gfx950 kernels at 32-bit offsets that a call reaches besides the FP8 defaults: FP8 kernels of another
+    p_mode (exact P at d = 128) and the BF16 kernels."""
+    return [k for k in zyfa_kernels.manifest().kernels if k.target == TARGET and k.fields["offset_bits"] == 32
+            and not (k.dtype == "fp8e4m3" and k.p_mode_default)]
 
 
 def model_settings(kernel, backend: str) -> dict:
@@ -133,6 +141,14 @@ def fp8_inputs(case: cfg.Case, d_qk: int, d_v: int, seed: int):
     return (q8.to(DEVICE), k8.to(DEVICE), v8.to(DEVICE)), descales
 
 
+def kernel_inputs(case: cfg.Case, kernel, seed: int):
+    """The case's inputs for the kernel: FP8 with descales, or BF16 (descales None)."""
+    if kernel.dtype == "bf16":
+        return tuple(t.to(torch.bfloat16).to(DEVICE) for t in float_inputs(case, kernel.d_qk, kernel.d_v, seed)), \
+            (None, None, None)
+    return fp8_inputs(case, kernel.d_qk, kernel.d_v, seed)
+
+
 def attn(q, k, v, descales, layout, p_mode=None):
     qd, kd, vd = descales
     return zyfa.flash_attn_func(q, k, v, causal=True, q_descale=qd, k_descale=kd, v_descale=vd, layout=layout,
@@ -157,23 +173,23 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 def check_case(case: cfg.Case, kernel, backend: str, expected: str, seed: int) -> dict:
     """Accuracy, full coverage and determinism of the public call on one configuration."""
     d_qk, d_v = kernel.d_qk, kernel.d_v
-    (q8, k8, v8), descales = fp8_inputs(case, d_qk, d_v, seed)
+    (q8, k8, v8), descales = kernel_inputs(case, kernel, seed)
     q, k, v = (to_layout(t, case.layout) for t in (q8, k8, v8))
-    poison(2 * padded_bytes(case, d_qk, d_v))
+    p_mode = None if kernel.dtype == "bf16" else kernel.p_mode  # a BF16 call takes no p_mode
+    poison(2 * q8.element_size() * padded_bytes(case, d_qk, d_v))
     with poisoned_outputs():
-        out, lse = attn(q, k, v, descales, case.layout, kernel.p_mode)
+        out, lse = attn(q, k, v, descales, case.layout, p_mode)
     sync()
     repeats = []
     for _ in range(3):
-        poison(2 * padded_bytes(case, d_qk, d_v))
+        poison(2 * q8.element_size() * padded_bytes(case, d_qk, d_v))
         with poisoned_outputs():
-            repeats.append(attn(q, k, v, descales, case.layout, kernel.p_mode))
+            repeats.append(attn(q, k, v, descales, case.layout, p_mode))
 
-    model_out, model_lse = numerics.attention(q8, k8, v8, q_descale=descales[0], k_descale=descales[1],
-                                              v_descale=descales[2], return_lse=True,
+    qd, kd, vd = (1.0 if d is None else d for d in descales)
+    model_out, model_lse = numerics.attention(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True,
                                               **model_settings(kernel, backend))
-    ref_out, ref_lse = attention_fp64(q8, k8, v8, q_descale=descales[0], k_descale=descales[1],
-                                      v_descale=descales[2], return_lse=True)
+    ref_out, ref_lse = attention_fp64(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True)
     out_b = as_bshd(out, case.layout)
     finite = bool(torch.isfinite(out).all() and torch.isfinite(lse).all())
     result = {
@@ -301,14 +317,15 @@ def guarded(fn, *args, **info) -> dict:
 
 def print_results(report: dict) -> int:
     failures = 0
-    print(f"{'d':>7} {'case':<44} {'diff%':>7} {'rms/model':>9} {'lse/model':>9} {'vs fp64':>8} {'model':>8} "
-          f"{'lse64':>7} det ok")
+    print(f"{'d':>7} {'kernel':<14} {'case':<44} {'diff%':>7} {'rms/model':>9} {'lse/model':>9} {'vs fp64':>8} "
+          f"{'model':>8} {'lse64':>7} det ok")
     for r in report["accuracy"]:
         failures += not r["ok"]
         if "error" in r:
-            print(f"{r['d_qk']:>3}/{r['d_v']:<3} {r['case']:<44} ERROR {r['error']}")
+            print(f"{r['d_qk']:>3}/{r['d_v']:<3} {r.get('kernel', ''):<14} {r['case']:<44} ERROR {r['error']}")
             continue
-        print(f"{r['d_qk']:>3}/{r['d_v']:<3} {r['case']:<44} {100 * r['frac_differing_vs_model']:>7.4f} "
+        print(f"{r['d_qk']:>3}/{r['d_v']:<3} {r['kernel']:<14} {r['case']:<44} "
+              f"{100 * r['frac_differing_vs_model']:>7.4f} "
               f"{r['rel_rms_vs_model']:>9.2e} {r['lse_vs_model']:>9.1e} {r['rel_rms_vs_fp64']:>8.2e} "
               f"{r['model_rel_rms_vs_fp64']:>8.2e} {r['max_lse_diff_vs_fp64']:>7.4f} {r['deterministic']:d}   "
               f"{r['ok']:d}{'  ' + '; '.join(r['failed']) if r['failed'] else ''}")
@@ -344,6 +361,10 @@ def main(argv=None) -> int:
         guarded(check_case, case, kernels[dims], backend, args.expect_backend, i, case=case.label, d_qk=dims[0],
                 d_v=dims[1])
         for i, (case, dims) in enumerate(cfg.check_configurations(args.small))]
+    report["accuracy"] += [
+        guarded(check_case, case, kernel, backend, args.expect_backend, i, case=case.label, d_qk=dims[0], d_v=dims[1])
+        for kernel in other_kernels()
+        for i, (case, dims) in enumerate(cfg.check_configurations(args.small)) if dims == (kernel.d_qk, kernel.d_v)]
     report["skipped"] = {}
     if not args.small:
         report["graph"] = [guarded(check_graph, kernels[dims], form, d_qk=dims[0], descale=form)

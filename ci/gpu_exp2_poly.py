@@ -1,7 +1,7 @@
 """Accuracy of the FMA-pipe exponential (exp2_poly in asmgen/sm90a/experiments/exp2_poly.cuh) on the GPU, against
 ex2.approx (the MUFU instruction the kernels use) and against exact 2^x (float64).
 
-    python ci/gpu_exp2_poly.py [--out DIR]
+    python -m ci.gpu_exp2_poly [--out DIR]
 
 Compiles a small test kernel that includes exp2_poly.cuh with nvcc, runs both exponentials on every input of a dense
 set over the range the softmax passes them ([-125, 0.5]: x - m <= tau = 0.5), and writes DIR/exp2_poly.json: maximum

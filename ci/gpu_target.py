@@ -1,8 +1,8 @@
 """Which kernel target the GPU of this machine runs, for ci/gpu.sh: prints `sm90a` or `gfx950` on stdout.
 
-    python ci/gpu_target.py            prints the target of the current GPU (exit 1 and a reason on stderr when the
+    python -m ci.gpu_target            prints the target of the current GPU (exit 1 and a reason on stderr when the
                                        machine has no GPU that ZYFA's kernels run on)
-    python ci/gpu_target.py --describe prints the target and what it was chosen from
+    python -m ci.gpu_target --describe prints the target and what it was chosen from
 
 The rule (`target_for`) is pure so that it can be tested without a GPU: a ROCm build of torch on a GPU whose
 gcnArchName starts with gfx950 (e.g. "gfx950:sramecc+:xnack-") is an MI355X; a CUDA build on a GPU of compute

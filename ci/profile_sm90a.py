@@ -1,23 +1,21 @@
 """The launches `ci/gpu.sh profile` records with Nsight Compute: ZYFA's BF16 kernel at a short and a long sequence
-length, and cuDNN's SDPA at the long one, one call each on the benchmark's inputs (Gaussian, std 0.1, causal,
-batch 1, max(32, 262144/S) heads). Not a benchmark: ncu replays each kernel to read the counters.
+length, and cuDNN's SDPA at the long one, one call each on the benchmark's inputs (zyfa_tools.bench.protocol:
+Gaussian, std 0.1, causal, batch 1, max(32, 262144/S) heads, (batch, seqlen, heads, dim)). Not a benchmark: ncu
+replays each kernel to read the counters.
 
-    ncu [options] python ci/profile_sm90a.py [--seqlens 2048 16384] [--d-qk 128] [--cudnn-seqlen 16384]
+    ncu [options] python -m ci.profile_sm90a [--seqlens 2048 16384] [--d-qk 128] [--cudnn-seqlen 16384]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
-from torch.nn.attention import SDPBackend
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import zyfa
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from sm90a_bf16 import heads_for, make_inputs, sdpa  # noqa: E402
+from zyfa_tools.bench.protocol import Config, heads_for, make_inputs
 
 
 def main() -> int:
@@ -27,11 +25,14 @@ def main() -> int:
     ap.add_argument("--cudnn-seqlen", type=int, default=16384)
     args = ap.parse_args()
     for seqlen in args.seqlens:
-        q, k, v = make_inputs(seqlen, heads_for(seqlen), heads_for(seqlen), args.d_qk, 128)
-        zyfa.flash_attn_func(q, k, v, causal=True, layout="bhsd")
+        heads = heads_for(seqlen)
+        x = make_inputs(Config("bf16", args.d_qk, 128, seqlen, heads, heads), torch.device("cuda"))
+        zyfa.flash_attn_func(x.q, x.k, x.v, causal=True)
         torch.cuda.synchronize()
         if seqlen == args.cudnn_seqlen:
-            sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v)
+            q, k, v = (t.transpose(1, 2) for t in (x.q, x.k, x.v))  # SDPA's (batch, heads, seqlen, dim) views
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
             torch.cuda.synchronize()
     return 0
 

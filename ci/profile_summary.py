@@ -2,7 +2,7 @@
 kernel the headline metrics, the executed instruction mix, where warps stall (sampled, by reason and by opcode),
 and the mbarrier try-waits executed most (a warp that polls a barrier issues one, and a branch, per attempt).
 
-    python ci/profile_summary.py OUT/profile.txt OUT/profile_sass.csv [--top 12] > summary.md
+    python -m ci.profile_summary OUT/profile.txt OUT/profile_sass.csv [--top 12] > summary.md
 
 profile.txt is `ncu -i REPORT` (the sections' tables), profile_sass.csv is `ncu -i REPORT --page source --csv
 --print-source sass` (one block per kernel, each opened by a "Kernel Name" row).

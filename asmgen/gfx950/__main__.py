@@ -1,6 +1,7 @@
 """gfx950 kernel tools.
 
-    python -m asmgen.gfx950 report            # resources (VGPR, AGPR, SGPR, LDS, occupancy) and the loop schedule
+    python -m asmgen.gfx950 report            # resources (VGPR, AGPR, SGPR, LDS, occupancy) and the loop schedules
+                                              # (the assembly kernels' and, from a simulated run, the HIP ones')
     python -m asmgen.gfx950 asm fp8_d128      # print a kernel's assembly
 """
 
@@ -11,7 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import VARIANTS, assemble, generate, schedule, toolchain
+from ..hip.__main__ import report as hip_resources
+from . import VARIANTS, assemble, generate, hip_schedule, schedule, toolchain
 
 CASES = (  # (column title, analyse() keywords)
     ("e = 0", {}),
@@ -36,6 +38,24 @@ def report() -> str:
             rows.append(f"| {name} | {variant.p_mode} | {res['vgpr']} | {res['agpr']} | {res['sgpr']} | {res['lds']} "
                         f"| {res['waves_per_simd']} | {res['workgroups_per_cu']} | {busy} |")
             notes += [f"{name}, {title}: {c.summary()}" for (title, _), c in zip(CASES, cases, strict=True)]
+    return "\n".join(rows + [""] + notes + ["", hip_resources(), "", hip_report()])
+
+
+def hip_report() -> str:
+    """The HIP kernels' key loops (asmgen.gfx950.hip_schedule: the loop from clang's assembly, its path from a
+    simulated run)."""
+    from zyfa_kernels import manifest
+    rows = ["| kernel | schedule | VGPR | matrix busy (no rescale) | SIMD cycles per tile | a rescale adds |",
+            "|---" * 6 + "|"]
+    notes = []
+    for kernel in (k for k in manifest().kernels if k.target == "gfx950" and k.fields.get("dtype") == "bf16"):
+        result = hip_schedule.analyse(kernel.name)
+        steady = result.cases["no rescale"]
+        extra = ", ".join(f"{c} {n}" for c, n in sorted(result.rescale.items()))
+        rows.append(f"| {kernel.name} | {kernel.schedule} | {kernel.fields['resources']['vgpr']} | "
+                    f"{100 * steady.matrix_busy:.1f}% | {steady.interval_cycles:g} | {result.rescale_cycles} "
+                    f"cycles ({extra}) |")
+        notes += [f"{kernel.name}, {case}: {c.summary()}" for case, c in result.cases.items()]
     return "\n".join(rows + [""] + notes)
 
 

@@ -15,6 +15,10 @@ FP8_TAU = 0.125
 FP8_P_SHIFT = 8  # P is written 2^8 larger before its e4m3 rounding
 BF16_SLOTS = 2  # K / V^T tiles in LDS (the ping-pong writes one while it reads the other)
 BF16_TAU = {128: 0.5, 192: 8.0}  # the contract's lazy-rescale thresholds per d_qk
+# The BF16 key-loop schedules (attention_bf16.hip): at d = 128 the ping-pong keeps two score tiles in flight (the
+# next tile's QK^T issued before the current tile's softmax); d_qk = 192 has no registers for a second score tile.
+BF16_SCHEDULE = {128: "pingpong_two_tiles", 192: "stages8"}
+SCHEDULE_DEFINES = {"pingpong_two_tiles": "ZYFA_TWO_TILES", "stages8": "ZYFA_STAGES"}
 
 # Fixed flags: device code only, no HIP runtime or device library, no FMA contraction (the model's FP32 steps are
 # separate roundings), no SDWA forms (the simulator does not model sub-dword addressing), no per-compile unique id
@@ -41,7 +45,7 @@ def _bf16(d_qk: int, d_v: int) -> dict:
         "name": name, "symbol": f"zyfa_gfx950_{name}", "file": f"{name}.co", "source": "hip", "dtype": "bf16",
         "d_qk": d_qk, "d_v": d_v,
         "p_mode": "bf16", "p_mode_default": True, "p_shift": 0, "rescale_threshold": BF16_TAU[d_qk],
-        "scale_block": None, "rowsum": "fp32", "tile_m": TILE_M, "tile_n": TILE_N, "schedule": "pingpong",
+        "scale_block": None, "rowsum": "fp32", "tile_m": TILE_M, "tile_n": TILE_N, "schedule": BF16_SCHEDULE[d_qk],
         "seqlen_min": None, "seqlen_max": None, "offset_bits": 32, "masks_tail": False, "threads": THREADS,
         "shared_bytes": BF16_SLOTS * _bf16_lds(d_qk, d_v), "grid": "persistent", "grid_size": PERSISTENT_GRID,
         "args": _args("i32"),
@@ -87,6 +91,8 @@ def compile_flags(kernel: dict) -> list[str]:
         flags.append(f"-DZYFA_P_SHIFT={kernel['p_shift']}")
     if kernel["p_mode"] == "lean":
         flags.append("-DZYFA_LEAN")
+    if kernel["schedule"] in SCHEDULE_DEFINES:
+        flags.append(f"-D{SCHEDULE_DEFINES[kernel['schedule']]}")
     if kernel["offset_bits"] == 64:
         flags.append("-DZYFA_OFFSET64")
     return flags

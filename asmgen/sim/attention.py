@@ -66,7 +66,8 @@ def _descale(name: str, value, batch: int, heads_k: int) -> np.ndarray:
 def run_attention(kernel_name: str, q8, k8, v8, q_descale=1.0, k_descale=1.0, v_descale=1.0,
                   softmax_scale: float | None = None, *, entry: dict | None = None, code_object: bytes | None = None,
                   workgroups: list[int] | None = None, schedule: str = "round_robin", seed: int = 0,
-                  latency: int | None = None, progress: Callable[[int, int], None] | None = None) -> AttentionRun:
+                  latency: int | None = None, progress: Callable[[int, int], None] | None = None,
+                  trace: Callable[[int, int], None] | None = None) -> AttentionRun:
     """Simulate one causal FP8 attention call of a gfx950 kernel.
 
     kernel_name: "fp8_d128" or "fp8_d192" (the committed object and manifest entry), unless `entry` (a manifest
@@ -74,7 +75,7 @@ def run_attention(kernel_name: str, q8, k8, v8, q_descale=1.0, k_descale=1.0, v_
     entry["grid_size"] persistent workgroups over the job list chiplet-ordered for that grid, workgroup w taking
     rows w, w + grid, ... . workgroups: the ones to simulate (default: every one that has a job); the others
     are skipped, and the AttentionRun lists the jobs that ran. With more jobs than workgroups, a few simulated
-    workgroups each run several jobs.
+    workgroups each run several jobs. trace: passed to Program.launch (each executed instruction's wave and index).
     """
     if (entry is None) != (code_object is None):
         raise ValueError("entry and code_object must be given together")
@@ -119,7 +120,8 @@ def run_attention(kernel_name: str, q8, k8, v8, q_descale=1.0, k_descale=1.0, v_
     static_lds = program.descriptor(entry["symbol"]).group_segment_size
     stats = program.launch(entry["symbol"], (grid, 1, 1), (entry["threads"], 1, 1), kernarg, memory,
                            lds_bytes=max(0, entry["shared_bytes"] - static_lds), schedule=schedule, seed=seed,
-                           latency=latency, workgroups=[(w, 0, 0) for w in workgroups], progress=progress)
+                           latency=latency, workgroups=[(w, 0, 0) for w in workgroups], progress=progress,
+                           trace=trace)
     out = memory.read(ptr["out"], batch * seqlen * heads * d_v * 2).view(np.int16)
     lse = memory.read(ptr["lse"], batch * heads * seqlen * 4).view(np.float32)
     return AttentionRun(

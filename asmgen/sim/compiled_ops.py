@@ -189,6 +189,18 @@ for _cond, _test in _CMPK_U32.items():
         w.scc = int(test(w.sread(ins.operands[0]), ins.operands[1].index & 0xFFFF))
 
 
+def _i32(x: int) -> int:
+    return x - (1 << 32) if x & 0x80000000 else x
+
+
+# The signed forms: an SGPR as i32 against the sign-extended 16-bit constant.
+for _cond, _test in _CMPK_U32.items():
+    @define(f"s_cmpk_{_cond}_i32", SALU, "PCODE {NAME} (SCC = S0.i32 <op> 32'I(signext(S1.i16)))")
+    def _cmpk_i32(w, ins, ctx, test=_test):
+        k = ins.operands[1].index & 0xFFFF
+        w.scc = int(test(_i32(w.sread(ins.operands[0])), k - (1 << 16) if k & 0x8000 else k))
+
+
 @define("v_writelane_b32", VALU, "PCODE {NAME} (VGPR[S1[5:0]][VDST] = S0, whatever EXEC holds)")
 def v_writelane_b32(w, ins, ctx):
     d, value, lane = ins.operands

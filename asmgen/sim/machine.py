@@ -125,14 +125,16 @@ class Program:
                memory: Memory, *, lds_bytes: int = 0, schedule: str = "round_robin", seed: int = 0,
                latency: int | None = None, workgroups: Iterable[tuple[int, int, int]] | None = None,
                progress: Callable[[int, int], None] | None = None,
-               max_instructions: int = DEFAULT_MAX_INSTRUCTIONS) -> LaunchStats:
+               max_instructions: int = DEFAULT_MAX_INSTRUCTIONS,
+               trace: Callable[[int, int], None] | None = None) -> LaunchStats:
         """Run `symbol` over `grid` workgroups of `block` threads; kernarg is copied into `memory`.
 
         lds_bytes: dynamic LDS added to the descriptor's group segment. schedule: "round_robin" (one instruction
         per wave in turn), "greedy" (a wave picked at random, seeded, runs until it waits at a barrier or ends) or
         "random" (seeded random wave and burst length). latency: instructions of the issuing wave after which a
         memory operation completes on its own (None: only at s_waitcnt, s_endpgm or counter overflow).
-        workgroups: a subset of the grid to run.
+        workgroups: a subset of the grid to run. trace: called as trace(wave, index) before each instruction a
+        wave executes (index into the program's instruction list; waves numbered within their workgroup).
         """
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
@@ -151,14 +153,14 @@ class Program:
             (x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
         for n, wg in enumerate(ids):
             self._run_workgroup(kd, self.index[entry], wg, block, kernarg_addr, dispatch_addr, lds_bytes, ctx,
-                                schedule, rng, stats, max_instructions)
+                                schedule, rng, stats, max_instructions, trace)
             stats.workgroups += 1
             if progress:
                 progress(n + 1, len(ids))
         return stats
 
     def _run_workgroup(self, kd, entry, wg, block, kernarg_addr, dispatch_addr, lds_bytes, ctx, schedule, rng,
-                       stats, max_instructions) -> None:
+                       stats, max_instructions, trace) -> None:
         lds = np.zeros(kd.group_segment_size + lds_bytes, dtype=np.uint8)
         threads = block[0] * block[1] * block[2]
         waves = [self._start_wave(i, kd, entry, wg, block, threads, kernarg_addr, dispatch_addr, lds)
@@ -181,7 +183,7 @@ class Program:
                 wave, quantum = rng.choice(ready), max_instructions
             else:
                 wave, quantum = rng.choice(ready), rng.randint(1, RANDOM_QUANTUM)
-            self._step(wave, quantum, ctx, stats)
+            self._step(wave, quantum, ctx, stats, trace)
             if stats.instructions > max_instructions:
                 raise DeadlockError(f"more than {max_instructions} instructions: a wave does not terminate")
 
@@ -206,7 +208,7 @@ class Program:
         w.s[126], w.s[127] = exec_ & 0xFFFFFFFF, exec_ >> 32
         return w
 
-    def _step(self, w: Wave, quantum: int, ctx: Context, stats: LaunchStats) -> None:
+    def _step(self, w: Wave, quantum: int, ctx: Context, stats: LaunchStats, trace=None) -> None:
         code, semantics, facts, windows = self.code, self.semantics, self.facts, self.windows
         by_unit = stats.by_unit
         for _ in range(quantum):
@@ -214,6 +216,8 @@ class Program:
             if pc >= len(code):
                 raise SimError(f"wave {w.id} ran past the end of the code")
             ins, sem = code[pc], semantics[pc]
+            if trace is not None:
+                trace(w.id, pc)
             if w.recent:
                 hazards.check(ins, facts[pc], w.recent, w.wait_states)
             w.pc = pc + 1

@@ -50,7 +50,10 @@ def s_load(w, ins, ctx):
 
 # --- LDS ----------------------------------------------------------------------------------------------------------
 def _lds_addresses(w, ins, ctx, size: int) -> np.ndarray:
-    addr = w.vread(ins.operands[0 if "write" in ins.name else 1]).astype(np.int64) + ins.mods.get("offset", 0)
+    # A 32-bit sum that wraps: LLVM folds constant offsets into DS instructions whose base may be "negative"
+    # (AMDGPUDAGToDAGISel::isDSOffsetLegal: only Southern Islands needs a non-negative base).
+    base = w.vread(ins.operands[0 if "write" in ins.name else 1]).astype(np.int64)
+    addr = (base + ins.mods.get("offset", 0)) & 0xFFFFFFFF
     _check_lds(ctx, w, ins, addr[w.exec_mask], size)
     return addr
 

@@ -306,8 +306,14 @@ loop:
   s_cbranch_scc1 loop
   s_lshl_b64 s[24:25], 1, 40
   s_andn2_b32 s26, 0xff, 0x0f
+  s_cmpk_gt_i32 s8, 0xfff0
+  s_cselect_b32 s27, 1, 2
+  s_cmpk_lt_i32 s8, 0x7fff
+  s_cselect_b32 s28, 1, 2
+  s_cmpk_gt_u32 s8, 0xfff0
+  s_cselect_b32 s29, 1, 2
 """
-    regs = list(range(8, 27))
+    regs = list(range(8, 30))
     body += "".join(f"  v_mov_b32 v{10 + i}, s{r}\n" for i, r in enumerate(regs))
     out = run_snippet(body + stores(*range(10, 10 + len(regs))), None, len(regs))
     got = {r: int(out[i][0]) for i, r in enumerate(regs)}
@@ -321,6 +327,8 @@ loop:
     assert got[19] == s8 and got[20] == s8 and got[21] == 1
     assert got[22] == 15 and got[23] == 0
     assert got[24] == 0 and got[25] == 1 << 8 and got[26] == 0xF0
+    # SOPK compares: the i32 forms sign-extend the constant (-16 > -16 is false), the u32 forms zero-extend it
+    assert (got[27], got[28], got[29]) == (2, 1, 1)
 
 
 def test_lane_operations():
@@ -494,6 +502,20 @@ def test_lds_reads_writes_and_transpose():
     expected = np.stack([src[lane - d + 2 * j + d // 8, d % 8] for j in range(8)], axis=1)
     got = np.stack([out[7], out[8]], axis=1).view(np.uint8).reshape(LANES, 8)
     np.testing.assert_array_equal(got, expected)
+
+
+def test_lds_address_is_a_32_bit_sum():
+    """A base below zero plus an offset that brings it back in range addresses LDS (LLVM folds offsets so)."""
+    x = RNG.integers(0, 2**32, (1, LANES), dtype=np.uint64).astype(np.uint32)
+    body = loads(2) + """\
+  v_lshlrev_b32 v6, 2, v0
+  v_subrev_u32 v7, 0x400, v6
+  ds_write_b32 v7, v2 offset:1024
+  s_waitcnt lgkmcnt(0)
+  ds_read_b32 v10, v6
+  s_waitcnt lgkmcnt(0)
+""" + stores(10)
+    np.testing.assert_array_equal(run_snippet(body, x, 1, lds_bytes=256)[0], x[0])
 
 
 def test_lds_access_outside_allocation_faults():

@@ -74,7 +74,7 @@ def test_fp8_plan_passes_v_transpose_and_descales():
     kern = sm90a.find_kernel(torch.float8_e4m3fn, d, 128, seqlen)
     ops = [sm90a.Operand.of(t, "bshd") for t in (q, k, v, out)]
     p = sm90a.plan(kern, *ops, lse_ptr=0x1000, jobs_ptr=0x2000, num_jobs=16, grid=132, softmax_scale=0.1, vt=vt,
-                   descales=(0x3000, 0x3100, 0x3200))
+                   descales=(0x3000, 0x3100, 0x3200, 0, 0, heads_k, 1, 0, 1))
     assert set(p.tensor_maps) == {"q", "k", "vt"}
     assert p.tensor_maps["q"].box_dims == (128, 128, 1, 1)  # 128 e4m3 columns: d_qk = 192 reads two boxes
     t = p.tensor_maps["vt"]
@@ -82,6 +82,7 @@ def test_fp8_plan_passes_v_transpose_and_descales():
     assert t.box_dims == (128, 128, 1, 1)
     assert (p.args["q_descale"], p.args["k_descale"], p.args["v_descale"], p.args["seqlen"]) == (
         0x3000, 0x3100, 0x3200, 1000)
+    assert [p.args[f"{n}_descale_stride_{d}"] for n in "qkv" for d in "bh"] == [0, 0, heads_k, 1, 0, 1]
     with pytest.raises(ValueError, match="takes V\\^T and the descales"):
         sm90a.plan(kern, *ops, 0x1000, 0x2000, 16, 132, 0.1)
 

@@ -234,3 +234,30 @@ def test_concurrent_first_launches_load_each_module_once(fake_driver, test_manif
     assert sorted(c["device"] for c in fake_driver.calls("cuModuleLoadData")) == [0, 1]
     launches = fake_driver.calls(CUDA_LAUNCH)
     assert len(launches) == 160 and all(c["result"] == 0 for c in launches)
+
+
+@pytest.mark.parametrize("target", ["sm90a", "gfx950"])
+def test_prepared_launch_patches_each_calls_values_natively(fake_driver, test_manifest, example_values, target):
+    """A prepared launch packs once and patches pointers, i32 and tensor maps per call: its buffers equal pack_args'
+    of the same values; a value of the wrong type is explained by the checked packer, naming the argument."""
+    kernel = test_manifest.find(target)
+    names = kernel.layout.names
+    per_call = [names.index(n) for n in ("q", "seqlen", "tmap_k")]
+    template = [example_values[n] for n in names]
+    prepared = zyfa_kernels.launcher(kernel, 0, (4, 1, 1)).prepare(template, per_call)
+    fake_driver.clear()
+    calls = [(0x1000, 7, bytes(128)), (0x2000, -5, bytes(range(128, 256)))]
+    for values in calls:
+        prepared.launch(STREAM, values)
+    launches = fake_driver.calls(CUDA_LAUNCH if target == "sm90a" else "hipModuleLaunchKernel")
+    for launch, (q, seqlen, tmap) in zip(launches, calls, strict=True):
+        expected = {**example_values, "q": q, "seqlen": seqlen, "tmap_k": tmap}
+        assert launch["args"] == zyfa_kernels.pack_args(kernel, expected).hex() and launch["grid"] == [4, 1, 1]
+    with pytest.raises(TypeError, match="argument 'tmap_k' \\(tmap\\) must be 128 bytes"):
+        prepared.launch(STREAM, (0x1000, 7, bytes(64)))
+    with pytest.raises(ValueError, match="argument 'seqlen' = 4294967296 is outside the i32 range"):
+        prepared.launch(STREAM, (0x1000, 2**32, bytes(128)))
+    with pytest.raises(ValueError, match="2 per-call values for the 3 slots"):
+        prepared.launch(STREAM, (0x1000, 7))
+    with pytest.raises(ValueError, match="per-call arguments of types \\['f32'\\] are packed in Python only"):
+        zyfa_kernels.launcher(kernel, 0, (4, 1, 1)).prepare(template, [names.index("scale")])

@@ -139,6 +139,40 @@ def test_packaged_manifest_is_consistent():
         return
     manifest = zyfa_kernels.manifest().check()
     assert manifest.version == zyfa_kernels.__version__
-    assert json.loads(MANIFEST_PATH.read_text())["kernels"] == [k.fields for k in manifest.kernels]
-    for kernel in manifest.kernels:
+    assert json.loads(MANIFEST_PATH.read_text())["kernels"] == [k.fields for k in manifest.objects]
+    assert manifest.kernels == [k for k in manifest.objects if k.kind == "attention"] != manifest.objects
+    for kernel in manifest.objects:
         assert kernel.image()
+
+
+def transpose_entry(**overrides) -> dict:
+    entry = {"kind": "transpose_v", "name": "t", "symbol": "t", "file": "t.bin", "dtype": "fp8e4m3", "d_v": 128,
+             "tile_keys": 128, "key_group": 16, "threads": 256, "shared_bytes": 17408, "target": "sm90a",
+             "args": [{"name": "v", "type": "ptr"}], "resources": {"static_shared_bytes": 17408}}
+    return {**entry, **overrides}
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({}, None),
+    ({"kind": "gather"}, "kind must be one of \\['transpose_v'\\]"),
+    ({"tile_keys": 0}, "tile_keys must be an integer >= 1, got 0"),
+    ({"key_group": 24}, "key_group 24 must divide tile_keys 128"),
+    ({"dtype": "bf16"}, "dtype must be one of \\['fp8e4m3'\\]"),
+    ({"resources": {"static_shared_bytes": 20000}}, "static_shared_bytes = 20000 must be an integer between 0"),
+])
+def test_entries_of_another_kind_have_rules_of_their_own(tmp_path, make_entry, example_image, overrides, message):
+    """A transpose_v entry is validated by its kind's fields (an attention entry's are not asked of it); it is kept
+    out of `kernels` (what dispatch chooses from) and found with find(kind=...)."""
+    entry = transpose_entry(**overrides)
+    path = write_manifest(tmp_path, [(make_entry("sm90a", "a"), example_image), (entry, fake_image("t"))])
+    m = zyfa_kernels.manifest(path)
+    if message is None:
+        assert not m.invalid and [k.name for k in m.kernels] == ["a"] and len(m.objects) == 2
+        found = m.find("sm90a", kind="transpose_v", d_v=128)
+        assert found.kind == "transpose_v" and found.tile_keys == 128 and "kind=transpose_v" in found.variant()
+        with pytest.raises(KernelNotFound):
+            m.find("sm90a", name="t")  # not an attention kernel
+    else:
+        assert [k.name for k in m.objects] == ["a"]
+        with pytest.raises(ManifestError, match=message):
+            m.check()

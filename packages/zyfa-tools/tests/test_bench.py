@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -41,7 +43,7 @@ class RecordingClock(Clock):
         return 2.0
 
 
-def fake_prepare(config, x, device, error=None, only=None):
+def fake_prepare(config, x, device, error=None, only=None, variants=()):
     return [Contender(n, lambda n=n: n, lambda out: out) for n in "abc"], [Skip("d", "not installed")]
 
 
@@ -98,6 +100,7 @@ def test_each_p_mode_of_the_manifest_is_a_zyfa_contender(monkeypatch):
         return q
 
     monkeypatch.setattr(zyfa, "flash_attn_func", flash_attn_func)
+    monkeypatch.setattr(contenders, "other_schedules", lambda config, kernels, p_mode: [])
     made = contenders.zyfa_contenders(Config("fp8", 128, 128, 4096, 32, 32), SimpleNamespace(
         q=1, k=2, v=3, descales={}), "sm90a")
     assert [(c.name, c.note) for c in made] == [("zyfa", "lean_a"), ("zyfa-exact", "exact_a, exact_b")]
@@ -107,6 +110,35 @@ def test_each_p_mode_of_the_manifest_is_a_zyfa_contender(monkeypatch):
     monkeypatch.setattr(zyfa, "flash_attn_func", lambda q, k, v, causal=False, **descales: q)
     made = contenders.zyfa_contenders(Config("fp8", 128, 128, 4096, 32, 32), None, "sm90a")
     assert isinstance(made[1], Skip) and "no p_mode keyword" in made[1].reason
+
+
+def test_other_schedules_and_variants_are_launched_directly(monkeypatch):
+    import zyfa
+    import zyfa_kernels
+    from zyfa.backends import sm90a
+
+    config = Config("fp8", 128, 128, 2048, 8, 2)
+    dispatched = contenders.zyfa_kernels_for(config, "sm90a")
+    shipped = [k for k in zyfa_kernels.manifest().of("sm90a") if (k.dtype, k.d_qk, k.d_v) == ("fp8e4m3", 128, 128)]
+    others = contenders.other_schedules(config, dispatched, contenders._default_p_mode(dispatched))
+    assert {k.schedule for k in others}.isdisjoint({k.schedule for k in dispatched})
+    assert {k.name for k in others} <= {k.name for k in shipped}
+    variant = type(shipped[0])({**shipped[0].fields, "name": "fp8_variant"}, shipped[0]._root)
+    bf16_variant = next(k for k in zyfa_kernels.manifest().of("sm90a") if k.dtype == "bf16")
+    launches = []
+    monkeypatch.setattr(sm90a, "run", lambda kernel, q, k, v, scale, layout, descales: launches.append(
+        (kernel.name, scale, layout, [tuple(d.shape) for d in descales])) or (q, None))
+    monkeypatch.setattr(zyfa, "flash_attn_func", lambda q, k, v, causal=False, **descales: q)
+    one = torch.ones(1)
+    x = SimpleNamespace(q=one, k=one, v=one, descales={"q_descale": one, "k_descale": one, "v_descale": one})
+    made = contenders.zyfa_contenders(config, x, "sm90a", [variant, bf16_variant])
+    names = [c.name for c in made]
+    assert names[-1] == "fp8_variant" and bf16_variant.name not in names  # only the configuration's dtype
+    assert [n for n in names if n in {f"zyfa-{k.schedule}" for k in shipped}] == [f"zyfa-{k.schedule}" for k in others]
+    made[-1].call()
+    assert launches == [("fp8_variant", 128 ** -0.5, "bshd", [(1, 2)] * 3)]  # descales per (batch, kv head)
+    (skip,) = contenders.zyfa_contenders(config, x, "gfx950", [variant])[-1:]
+    assert isinstance(skip, Skip) and "sm90a only" in skip.reason
 
 
 def test_a_failing_peer_is_a_skip_and_the_others_still_run(monkeypatch):
@@ -209,3 +241,16 @@ def test_fa3_gets_the_shared_inputs_and_descales_per_kv_head(monkeypatch):
     assert seen["q"] is x.q and seen["causal"] and out.shape == (1, 128, 8, 128) and out.dtype == torch.float32
     for name in ("q_descale", "k_descale", "v_descale"):
         assert seen[name].shape == (1, 2) and torch.equal(seen[name][0], x.descales[name].expand(2))
+
+
+def watched(seconds_asleep: float, limit: float | None = 1.0) -> subprocess.CompletedProcess:
+    code = ("import time; from zyfa_tools.bench.protocol import watchdog\n"
+            f"with watchdog('the body', {limit}):\n    time.sleep({seconds_asleep})\nprint('done')")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_watchdog_ends_a_run_that_hangs_and_names_it():
+    hung = watched(30.0)
+    assert hung.returncode == 3 and "the body did not finish within 1 s" in hung.stderr and "done" not in hung.stdout
+    for finished in (watched(0.0), watched(2.0, limit=None)):  # in time, or with no limit
+        assert finished.returncode == 0 and finished.stdout.strip() == "done"

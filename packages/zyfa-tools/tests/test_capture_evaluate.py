@@ -86,3 +86,28 @@ def test_cli(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["evaluate", "--help"])
     assert "The FP8 recipe" in capsys.readouterr().out
+
+
+def test_cli_eager_preparation_and_random_model_size(tmp_path, monkeypatch, capsys):
+    """--eager reaches every FP8 preparation (the per-layer errors and the model's attention); --vocab and a
+    --seqlen beyond 4096 positions size the random model."""
+    from zyfa_tools import hf
+
+    seen = []
+
+    def recording(original):
+        def fp8_attention(*args, compile=None, **kwargs):
+            seen.append(compile)
+            return original(*args, compile=compile, **kwargs)
+        return fp8_attention
+
+    monkeypatch.setattr(hf, "fp8_attention", recording(hf.fp8_attention))
+    monkeypatch.setattr(evaluate, "fp8_attention", recording(evaluate.fp8_attention))
+    out_json = tmp_path / "e.json"
+    assert cli.main(["evaluate", "--layers", "1", "--seqlen", "32", "--vocab", "300", "--eager", "--json",
+                     str(out_json)]) == 0
+    capsys.readouterr()
+    assert len(seen) == 8 and set(seen) == {False}  # 4 FP8 variants, per layer and in the model
+    assert json.loads(out_json.read_text())["arguments"]["vocab"] == 300
+    model = models.random_model("llama", layers=1, vocab=300, max_positions=8192)
+    assert model.config.vocab_size == 300 and model.config.max_position_embeddings == 8192

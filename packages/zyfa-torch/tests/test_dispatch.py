@@ -126,7 +126,7 @@ def test_public_api_uses_selected_backend(monkeypatch):
     assert calls == [((1, 8, 1, 128), None, 0.5, "bhsd", None)]  # unpadded: the reference path takes any length
     q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
     flash_attn_func(q8, k8, v8, causal=True, q_descale=1.0, k_descale=1.0, v_descale=1.0, p_mode="lean")
-    assert calls[1][4] == "lean" and calls[1][1].shape == (1, 1)
+    assert calls[1][4] == "lean" and calls[1][1].shape == (1,)  # a float descale: a one-element tensor
 
 
 def test_cpu_path_reads_the_manifest_without_the_native_loader():

@@ -4,7 +4,6 @@ LDS (the code object declares its LDS)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -112,13 +111,12 @@ def test_bf16_takes_the_hip_kernels_and_fp8_needs_descales():
 
 
 LAUNCH_SCRIPT = textwrap.dedent("""
-    import json, sys
-    sys.path[:0] = json.loads(sys.argv[1])
+    import sys
     import zyfa_kernels
     from test_gfx950_backend import make_plan
     from zyfa.backends import gfx950
-    kern = zyfa_kernels.manifest(sys.argv[3]).find(target="gfx950", name=sys.argv[2])
-    p, _ = make_plan(sys.argv[2], kern=kern)
+    kern = zyfa_kernels.manifest(sys.argv[2]).find(target="gfx950", name=sys.argv[1])
+    p, _ = make_plan(sys.argv[1], kern=kern)
     gfx950.launch(p, device=0, stream=0x1234)
     gfx950.launch(p, device=0, stream=0x1234)
     print(zyfa_kernels.pack_args(p.kernel, p.args).hex())
@@ -136,9 +134,9 @@ def test_launch_through_the_fake_hip_driver_carries_the_plan(name, tmp_path):
     library = build_fake_driver(tmp_path)
     log = tmp_path / "calls.jsonl"
     env = dict(os.environ, ZYFA_HIP_DRIVER=str(library), ZYFA_CUDA_DRIVER=str(library), ZYFA_FAKE_DRIVER_LOG=str(log))
-    here = os.path.dirname(os.path.abspath(__file__))
-    run = subprocess.run([sys.executable, "-c", LAUNCH_SCRIPT, json.dumps([here, *sys.path]), name,
-                          str(manifest_path)], env=env, capture_output=True, text=True)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(__file__)), *sys.path])  # this interpreter's
+    run = subprocess.run([sys.executable, "-c", LAUNCH_SCRIPT, name, str(manifest_path)], env=env, capture_output=True,
+                         text=True)
     assert run.returncode == 0, run.stderr
     calls = read_fake_driver_log(log)
     names = [c["call"] for c in calls]
@@ -155,3 +153,20 @@ def test_launch_through_the_fake_hip_driver_carries_the_plan(name, tmp_path):
         assert call["shared_bytes"] == 0  # the code object declares its LDS (group segment) itself
         assert call["stream"] == 0x1234
     assert p.kernel.shared_bytes == p.kernel.resources["static_shared_bytes"] == p.kernel.resources["lds"]
+
+
+def test_dispatch_reaches_every_gfx950_kernel_of_the_manifest():
+    """Each gfx950 entry is what the dispatch picks for its own configuration: dtype, head dims, p_mode (a call
+    without one gets the p_mode_default entry) and, for 64-bit-offset entries, slices beyond 32-bit offsets."""
+    kernels = [k for k in zyfa_kernels.manifest().kernels if k.target == "gfx950"]
+    assert {k.name for k in kernels} >= {"fp8_d128", "fp8_d128_exact", "fp8_d192", "bf16_d128", "bf16_d192",
+                                          "fp8_d128_wide", "fp8_d192_wide"}
+    dtypes = {"bf16": torch.bfloat16, "fp8e4m3": FP8}
+    for k in kernels:
+        span = 2**33 if k.fields["offset_bits"] == 64 else 0
+        modes = [k.p_mode] + ([None] if k.fields["p_mode_default"] else [])
+        if k.dtype == "bf16":
+            modes = [None]
+        for mode in modes:
+            got = gfx950.find_kernel(dtypes[k.dtype], k.d_qk, k.d_v, 1, mode, span)
+            assert got.name == k.name, (k.name, mode, span, got.name)

@@ -70,8 +70,11 @@ def test_op_checks_its_inputs():
     q8, k8, v8, qd8, kd8, vd8, _, _, _ = op_args(dtype=FP8)
     with pytest.raises(ValueError, match="k_descale: torch.ops.zyfa.fwd needs descales for FP8"):
         fwd(q8, k8, v8, qd8, None, vd8, scale, layout, None)
-    with pytest.raises(ValueError, match="v_descale: torch.ops.zyfa.fwd needs a contiguous float32"):
-        fwd(q8, k8, v8, qd8, kd8, torch.ones(1), scale, layout, None)
+    with pytest.raises(ValueError, match=r"v_descale: torch.ops.zyfa.fwd needs a float32 tensor of one element or "
+                       r"of shape \(batch, nheads_k\)"):
+        fwd(q8, k8, v8, qd8, kd8, torch.ones(3), scale, layout, None)
+    with pytest.raises(ValueError, match="q_descale: torch.ops.zyfa.fwd needs a float32 tensor"):
+        fwd(q8, k8, v8, qd8.double(), kd8, vd8, scale, layout, None)
     with pytest.raises(ValueError, match="p_mode='fast'"):
         fwd(q8, k8, v8, qd8, kd8, vd8, scale, layout, "fast")
 
@@ -84,6 +87,22 @@ def test_op_takes_any_length_and_strides():
     expected = fwd(q, k, v, qd, kd, vd, scale, layout, p_mode)
     got = fwd(*strided, qd, kd, vd, scale, layout, p_mode)
     assert expected[0].shape == (1, 300, 4, 128) and all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+
+
+def test_op_takes_descales_of_one_element_and_strided_views():
+    """One-element descales and (batch, heads_k) views of any strides give the results of their contiguous
+    (batch, heads_k) copies: the backends broadcast them, nothing asks for contiguous descales."""
+    q, k, v, qd, kd, vd, scale, layout, p_mode = op_args(dtype=FP8, batch=2, heads=4, heads_k=2)
+    varied = [torch.tensor([[0.5, 0.25], [1.0, 2.0]]) * f for f in (1.0, 0.5, 4.0)]
+    strided = [torch.stack([d, d], dim=-1)[..., 0] for d in varied]  # (2, 2) with strides (4, 2)
+    assert strided[0].stride() == (4, 2)
+    cases = [(varied, strided), ([d[:1, :1].expand(2, 2).contiguous() for d in varied], [d[:1, :1] for d in varied]),
+             ([d[:1, :1].expand(2, 2).contiguous() for d in varied], [d[:1, :1].expand(2, 2) for d in varied]),
+             ([d[:1, :1].expand(2, 2).contiguous() for d in varied], [d[0, :1] for d in varied])]
+    for contiguous, given in cases:
+        expected = fwd(q, k, v, *contiguous, scale, layout, p_mode)
+        got = fwd(q, k, v, *given, scale, layout, p_mode)
+        assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
 
 
 def test_fake_tensors_give_shapes_without_computing():

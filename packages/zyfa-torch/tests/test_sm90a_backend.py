@@ -179,3 +179,15 @@ def test_launch_through_the_loader_packs_the_plan(tmp_path):
         expected = args[arg["name"]]
         assert value == (struct.unpack("<f", struct.pack("<f", expected))[0] if arg["type"] == "f32" else expected)
     assert math.isclose(args["scale_log2"], 0.125 * LOG2E)
+
+
+def test_descale_args_are_addresses_then_element_strides():
+    """One-element descales read at (0, 0); (batch, heads_k) tensors and views of any strides at their own strides:
+    nothing is expanded or copied."""
+    one = torch.ones(1)
+    full = torch.ones(3, 2)
+    expanded = torch.ones(1, 2).expand(3, 2)
+    transposed = torch.ones(2, 3).t()
+    args = sm90a.descale_args((one, expanded, transposed))
+    assert args == (one.data_ptr(), expanded.data_ptr(), transposed.data_ptr(), 0, 0, 0, 1, 1, 3)
+    assert sm90a.descale_args((full, full, full))[3:] == (2, 1) * 3

@@ -105,9 +105,11 @@ static int injected(const char *call) {
 typedef struct {
     char *text;
     size_t length, capacity;
+    int on; /* whether ZYFA_FAKE_DRIVER_LOG names a file: without one nothing is formatted (a cheap launch) */
 } Record;
 
 static void append(Record *r, const char *s, size_t n) {
+    if (!r->on) return;
     if (r->length + n + 1 > r->capacity) {
         r->capacity = 2 * (r->length + n + 1);
         r->text = realloc(r->text, r->capacity);
@@ -119,6 +121,7 @@ static void append(Record *r, const char *s, size_t n) {
 
 static void append_uint(Record *r, const char *separator, unsigned long long value) {
     char buffer[32];
+    if (!r->on) return;
     append(r, separator, strlen(separator));
     append(r, buffer, (size_t)snprintf(buffer, sizeof buffer, "%llu", value));
 }
@@ -130,7 +133,8 @@ static void key(Record *r, const char *name) {
 }
 
 static Record begin(const char *call) {
-    Record r = {NULL, 0, 0};
+    const char *path = getenv("ZYFA_FAKE_DRIVER_LOG");
+    Record r = {NULL, 0, 0, path != NULL && *path != '\0'};
     append(&r, "{\"call\": \"", 10);
     append(&r, call, strlen(call));
     append(&r, "\"", 1);
@@ -139,6 +143,7 @@ static Record begin(const char *call) {
 
 static void add_int(Record *r, const char *name, long long value) {
     char buffer[32];
+    if (!r->on) return;
     key(r, name);
     append(r, buffer, (size_t)snprintf(buffer, sizeof buffer, "%lld", value));
 }
@@ -161,6 +166,7 @@ static void add_string(Record *r, const char *name, const char *value) {
 
 static void add_hex(Record *r, const char *name, const void *data, size_t size) {
     static const char digits[] = "0123456789abcdef";
+    if (!r->on) return;
     key(r, name);
     append(r, "\"", 1);
     for (size_t i = 0; i < size; ++i) {
@@ -188,7 +194,7 @@ static int finish(Record *r, int result) {
     add_int(r, "result", result);
     append(r, "}\n", 2);
     const char *path = getenv("ZYFA_FAKE_DRIVER_LOG");
-    if (path != NULL && *path != '\0') {
+    if (r->on && path != NULL && *path != '\0') {
         pthread_mutex_lock(&log_mutex);
         FILE *log = fopen(path, "a");
         if (log != NULL) {

@@ -133,13 +133,15 @@ class Launcher:
     launcher(stream, buffer) launches with an argument buffer from pack_args; launcher.launch(stream, values)
     packs `values` given in the manifest's argument order first (the hot path's form: no dict)."""
 
-    __slots__ = ("kernel", "device", "grid", "_block", "_function", "_launch", "_pack", "_pack_checked", "_shared")
+    __slots__ = ("kernel", "device", "grid", "_block", "_function", "_launch", "_pack", "_pack_checked", "_shared",
+                 "_driver")
 
     def __init__(self, kernel: Kernel, device: int, grid: tuple[int, int, int]):
         _check_grid(grid)
         self.kernel, self.device, self.grid = kernel, _device(device), grid
         self._function = function(kernel, device)
-        self._launch = driver(kernel.target).launch
+        self._driver = driver(kernel.target)
+        self._launch = self._driver.launch
         self._block = (kernel.threads, 1, 1)
         self._shared = kernel.dynamic_shared_bytes
         self._pack = kernel.layout.packer.pack
@@ -156,6 +158,49 @@ class Launcher:
         except (struct.error, OverflowError, TypeError):
             buffer = self._pack_checked(values, self.kernel.name)  # raises, naming the argument
         self._launch(self.device, self._function, self.grid, self._block, self._shared, stream, buffer)
+
+
+    def prepare(self, values, per_call) -> PreparedLaunch:
+        """The hot path's launch: `values` in the manifest's order packed once (the indices in `per_call` hold
+        placeholders, any value of their type); the result's launch(stream, per-call values) patches those in
+        natively and launches."""
+        return PreparedLaunch(self, values, per_call)
+
+
+_SLOT_KINDS = {"ptr": 0, "i32": 1, "tmap": 2}  # the per-call argument types the native launch patches
+
+
+class PreparedLaunch:
+    """A Launcher's argument buffer packed once, with the per-call slots the extension patches in each launch
+    (pointers, i32 strides, tensor maps): a call packs nothing in Python."""
+
+    __slots__ = ("launcher", "_native", "_values", "_per_call")
+
+    def __init__(self, launcher: Launcher, values, per_call):
+        layout = launcher.kernel.layout
+        kinds = [layout.types[i] for i in per_call]
+        unsupported = sorted({kind for kind in kinds if kind not in _SLOT_KINDS})
+        if unsupported:
+            raise ValueError(f"kernel {launcher.kernel.name}: per-call arguments of types {unsupported} are packed in "
+                             f"Python only; the native launch patches {sorted(_SLOT_KINDS)}")
+        self.launcher, self._values, self._per_call = launcher, list(values), tuple(per_call)
+        buffer = layout.pack_ordered(self._values, launcher.kernel.name)
+        slots = [(layout.offsets[i], _SLOT_KINDS[kind]) for i, kind in zip(per_call, kinds, strict=True)]
+        self._native = launcher._driver.prepare(launcher.device, launcher._function, launcher.grid, launcher._block,
+                                                launcher._shared, buffer, slots)
+
+    def launch(self, stream: int, per_call) -> None:
+        try:
+            self._native(stream, *per_call)
+        except (TypeError, ValueError, OverflowError):  # explained by the checked packer, naming the argument
+            if len(per_call) != len(self._per_call):
+                raise ValueError(f"kernel {self.launcher.kernel.name}: {len(per_call)} per-call values for the "
+                                 f"{len(self._per_call)} slots") from None
+            values = self._values.copy()
+            for index, value in zip(self._per_call, per_call, strict=True):
+                values[index] = value
+            launcher = self.launcher
+            launcher(stream, launcher._pack_checked(values, launcher.kernel.name))  # raises, or packs e.g. numpy ints
 
 
 def launcher(kernel: Kernel, device: int, grid: tuple[int, int, int]) -> Launcher:

@@ -3,7 +3,10 @@
     {"version": "0.1.0", "kernels": [entry, ...]}
 
 An entry is the target module's kernel description plus what the build adds (target, file, sha256, resources);
-docs/loader.md lists the fields. `Kernel` exposes every field as an attribute.
+docs/loader.md lists the fields. `Kernel` exposes every field as an attribute. An entry without "kind" is an
+attention kernel; "kind": "transpose_v" is the sm90a FP8 V^T pre-pass, with fields of its own (KIND_FIELD_RULES).
+`Manifest.kernels` holds the attention kernels (what dispatch and the support matrix choose from),
+`Manifest.objects` every entry of every kind.
 
 Each entry is validated when the manifest is read. A malformed entry is left out and recorded in
 `Manifest.invalid` (kernel -> the error naming the field); every other entry stays usable, and a lookup that finds
@@ -90,12 +93,25 @@ FIELD_RULES = {
 }
 REQUIRED_FIELDS = tuple(FIELD_RULES)
 OPTIONAL_FIELD_RULES = {"grid_size": _int(1)}  # gfx950: the persistent grid's fixed size
+ATTENTION = "attention"  # the kind of an entry without "kind"
+# The other kinds: every field each must have, with its rule.
+KIND_FIELD_RULES = {
+    "transpose_v": {  # FP8 V (batch, seqlen, heads_k, d_v) -> V^T (batch, heads_k, d_v, keys), keys permuted
+        **{field: FIELD_RULES[field] for field in ("name", "symbol", "target", "file", "sha256", "threads",
+                                                     "shared_bytes", "args", "resources")},
+        "kind": _one_of(("transpose_v",)), "dtype": _one_of(("fp8e4m3",)), "d_v": _int(1),
+        "tile_keys": _int(1), "key_group": _int(1),
+    },
+}
+KINDS = (ATTENTION, *KIND_FIELD_RULES)
 
 
 def validate_entry(entry) -> str | None:
     """What is wrong with one manifest entry (the first problem, naming the field), or None."""
     if not isinstance(entry, dict):
         return f"an entry must be an object, got {type(entry).__name__}"
+    if "kind" in entry:
+        return _validate_kind(entry)
     missing = [field for field in REQUIRED_FIELDS if field not in entry]
     if missing:
         return f"missing fields {missing}"
@@ -114,6 +130,11 @@ def validate_entry(entry) -> str | None:
     low, high = entry["seqlen_min"], entry["seqlen_max"]
     if low is not None and high is not None and low >= high:
         return f"seqlen_min {low} must be below seqlen_max {high} (the range is [seqlen_min, seqlen_max))"
+    return _common(entry)
+
+
+def _common(entry: dict) -> str | None:
+    """The rules every kind shares: static shared memory within shared_bytes, no field named like an attribute."""
     static = entry["resources"].get(STATIC_SHARED_RESOURCE, 0)
     if type(static) is not int or not 0 <= static <= entry["shared_bytes"]:
         return (f"resources.{STATIC_SHARED_RESOURCE} = {static!r} must be an integer between 0 and shared_bytes "
@@ -122,6 +143,22 @@ def validate_entry(entry) -> str | None:
     if clashes:
         return f"fields {clashes} are reserved for the loader"
     return None
+
+
+def _validate_kind(entry: dict) -> str | None:
+    rules = KIND_FIELD_RULES.get(entry["kind"])
+    if rules is None:
+        return f"kind must be one of {list(KIND_FIELD_RULES)} (or absent: an attention kernel), got {entry['kind']!r}"
+    missing = [field for field in rules if field not in entry]
+    if missing:
+        return f"missing fields {missing} (kind {entry['kind']!r})"
+    for field, rule in rules.items():
+        problem = rule(entry[field])
+        if problem:
+            return f"{field} {problem}, got {entry[field]!r}"
+    if entry["tile_keys"] % entry["key_group"]:
+        return f"key_group {entry['key_group']} must divide tile_keys {entry['tile_keys']}"
+    return _common(entry)
 
 
 class Kernel:
@@ -138,6 +175,7 @@ class Kernel:
         except ValueError as error:
             raise ManifestError(str(error)) from None
         self.__dict__.update(entry)  # plain attributes: launches read several per call
+        self.kind = entry.get("kind", ATTENTION)
         self._entry = dict(entry)
         self._root = root
         self.layout = layout
@@ -171,6 +209,9 @@ class Kernel:
 
     def variant(self) -> str:
         """A one-line description of the fields kernels are chosen by."""
+        if self.kind != ATTENTION:
+            return (f"{self.target}/{self.name}: kind={self.kind} dtype={self.dtype} d_v={self.d_v} "
+                    f"tile_keys={self.tile_keys} key_group={self.key_group}")
         seqlens = f"[{self.seqlen_min or 1}, {self.seqlen_max or 'inf'})"
         return (f"{self.target}/{self.name}: dtype={self.dtype} d_qk={self.d_qk} d_v={self.d_v} "
                 f"p_mode={self.p_mode}{' (default)' if self.p_mode_default else ''} schedule={self.schedule} "
@@ -183,7 +224,8 @@ class Kernel:
 class Manifest:
     """Every kernel of one manifest file; code object paths are relative to the file's folder.
 
-    `invalid` maps each malformed entry (by name) to its error; those entries are left out of `kernels`."""
+    `kernels` holds the attention kernels, `objects` every valid entry of every kind; `invalid` maps each malformed
+    entry (by name) to its error (left out of both)."""
 
     def __init__(self, data: dict, root: Path, source: str = "manifest"):
         from . import __version__
@@ -195,7 +237,7 @@ class Manifest:
                                 f"{__version__}; rebuild the objects with `python -m asmgen.build`")
         self.version = data["version"]
         self.source = source
-        self.kernels: list[Kernel] = []
+        self.objects: list[Kernel] = []
         self.invalid: dict[str, str] = {}
         seen = set()
         for index, entry in enumerate(data["kernels"]):
@@ -205,9 +247,10 @@ class Manifest:
                 raise ManifestError(f"{source}: kernel {key[0]}/{name} appears twice")
             seen.add(key)
             try:
-                self.kernels.append(Kernel(entry, root))
+                self.objects.append(Kernel(entry, root))
             except ManifestError as error:
                 self.invalid[str(name) if isinstance(name, str) else f"#{index}"] = str(error)
+        self.kernels: list[Kernel] = [k for k in self.objects if k.kind == ATTENTION]
 
     def check(self) -> Manifest:
         """This manifest, or ManifestError listing every invalid entry (the build and the tests require none)."""
@@ -237,8 +280,11 @@ class Manifest:
         return KernelNotFound(text)
 
     def find(self, target: str, **fields) -> Kernel:
-        """The one kernel of `target` whose fields equal `fields`; KernelNotFound (a KeyError) lists the variants."""
-        matches = [k for k in self.of(target) if all(k._entry.get(f, _ABSENT) == v for f, v in fields.items())]
+        """The one kernel of `target` whose fields equal `fields` (an attention kernel unless `kind` is given);
+        KernelNotFound (a KeyError) lists the variants."""
+        kind = fields.pop("kind", ATTENTION)
+        pool = [k for k in self.objects if k.target == target and k.kind == kind]
+        matches = [k for k in pool if all(k._entry.get(f, _ABSENT) == v for f, v in fields.items())]
         if len(matches) == 1:
             return matches[0]
         wanted = ", ".join(f"{f}={v!r}" for f, v in fields.items())

@@ -40,7 +40,8 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--layers", type=int, default=2, help="random models: number of layers")
     g.add_argument("--heads", type=int, default=4, help="random models: query heads (head_dim 128)")
     g.add_argument("--kv-heads", type=int, default=2, help="random models: KV heads")
-    g.add_argument("--hidden", type=int, default=256, help="random models: hidden size")
+    g.add_argument("--hidden", type=int, default=256, help="random models: hidden size (the MLP's is twice that)")
+    g.add_argument("--vocab", type=int, default=512, help="random models: vocabulary size")
     g.add_argument("--seed", type=int, default=0, help="random models: weight seed")
     g.add_argument("--text", metavar="FILE", help="text to tokenize with the model's tokenizer (else random ids)")
     g.add_argument("--seqlen", type=int, default=256, help="tokens per sequence")
@@ -62,8 +63,8 @@ def _model(args):
     hf.register()
     if args.model.startswith("random:"):
         model = models.random_model(args.model.split(":", 1)[1], layers=args.layers, heads=args.heads,
-                                    kv_heads=args.kv_heads, hidden=args.hidden, seed=args.seed,
-                                    key_bias=args.key_bias)
+                                    kv_heads=args.kv_heads, hidden=args.hidden, vocab=args.vocab, seed=args.seed,
+                                    key_bias=args.key_bias, max_positions=max(4096, args.seqlen))
     else:
         model = models.load_model(args.model)
     return model.to(args.device)
@@ -181,7 +182,7 @@ def evaluate_command(args) -> int:
                                          static=True))
     rows = []
     for input_ids in _batches(args, model):
-        rows.append(evaluate.model_report(model, input_ids, variants, scales))
+        rows.append(evaluate.model_report(model, input_ids, variants, scales, compile=False if args.eager else None))
     merged = [{"variant": r[0]["variant"], "kl": sum(x["kl"] for x in r) / len(r),
                "top1_agreement": sum(x["top1_agreement"] for x in r) / len(r),
                "layer_errors": {i: sum(x["layer_errors"][i] for x in r) / len(r) for i in r[0]["layer_errors"]}}
@@ -243,6 +244,9 @@ def main(argv=None) -> int:
                    help="also evaluate static scales calibrated here on other (random or later) tokens")
     p.add_argument("--functional", action="store_true",
                    help="also the functional API on activation-like inputs at d_qk = 128 and 192 (d_v = 128)")
+    p.add_argument("--eager", action="store_true",
+                   help="prepare q, k, v without torch.compile on the GPU (the same FP8 codes but for a rare last "
+                        "bit of the rotation's sums; saves the compile time of each recipe)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE", help="draw the per-layer errors (PNG, needs matplotlib)")
     p.set_defaults(run=evaluate_command)

@@ -50,17 +50,18 @@ def kl_divergence(ref_logits: torch.Tensor, logits: torch.Tensor) -> float:
     return (lp.exp() * (lp - lq)).sum(-1).mean().item()
 
 
-def _layer_output(variant: Variant, q, k, v, scale, layer_scales=None) -> torch.Tensor:
+def _layer_output(variant: Variant, q, k, v, scale, layer_scales=None, compile=None) -> torch.Tensor:
     from zyfa import flash_attn_func
 
     if variant.implementation == "zyfa":
         return flash_attn_func(q.bfloat16(), k.bfloat16(), v.bfloat16(), softmax_scale=scale, causal=True)
-    return fp8_attention(q, k, v, variant.recipe, softmax_scale=scale, layer_scales=layer_scales)
+    return fp8_attention(q, k, v, variant.recipe, softmax_scale=scale, layer_scales=layer_scales, compile=compile)
 
 
-def layer_errors(model, input_ids, variants=VARIANTS, scales=None) -> dict[str, dict[int, float]]:
+def layer_errors(model, input_ids, variants=VARIANTS, scales=None, compile=None) -> dict[str, dict[int, float]]:
     """Per variant and layer: relative RMS error of the attention output against float64 attention on the
-    post-RoPE q, k, v of the model's own BF16 attention. Variants with static=True use `scales`."""
+    post-RoPE q, k, v of the model's own BF16 attention. Variants with static=True use `scales`; compile: as
+    zyfa_tools.quantize.prepare's."""
     from . import hf
 
     errors: dict[str, dict[int, float]] = {v.name: {} for v in variants}
@@ -69,26 +70,28 @@ def layer_errors(model, input_ids, variants=VARIANTS, scales=None) -> dict[str, 
         ref = attention_fp64(q, k, v, softmax_scale=scale)
         for variant in variants:
             layer_scales = scales[layer] if variant.static else None
-            errors[variant.name][layer] = relative_rms_error(_layer_output(variant, q, k, v, scale, layer_scales),
-                                                             ref)
+            out = _layer_output(variant, q, k, v, scale, layer_scales, compile)
+            errors[variant.name][layer] = relative_rms_error(out, ref)
 
     with torch.no_grad(), hf.observe(model, probe):
         model(input_ids)
     return errors
 
 
-def model_report(model, input_ids, variants=VARIANTS, scales=None) -> list[dict]:
-    """KL from the model's own attention, top-1 agreement and per-layer errors for each variant."""
+def model_report(model, input_ids, variants=VARIANTS, scales=None, compile=None) -> list[dict]:
+    """KL from the model's own attention, top-1 agreement and per-layer errors for each variant (compile: whether
+    q, k, v are prepared under torch.compile, None: on CUDA devices)."""
     from . import hf
 
     with torch.no_grad(), hf.use(model, "sdpa"):
         ref = model(input_ids).logits
-    errors = layer_errors(model, input_ids, variants, scales)
+    errors = layer_errors(model, input_ids, variants, scales, compile)
     rows = []
     for variant in progress(variants, "variants", len(variants)):
         if variant.implementation == "zyfa-fp8":
             hf.configure(model, rotation=variant.recipe.rotation, smoothing=variant.recipe.smoothing,
-                         seed=variant.recipe.seed, scales=scales if variant.static else None, fallback="raise")
+                         seed=variant.recipe.seed, scales=scales if variant.static else None, fallback="raise",
+                         compile=compile)
         with torch.no_grad(), hf.use(model, variant.implementation):
             logits = model(input_ids).logits
         rows.append({

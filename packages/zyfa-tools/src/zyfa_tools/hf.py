@@ -43,11 +43,13 @@ counts: Counter = Counter()  # "zyfa", "zyfa-fp8", "sdpa: <reason>": calls since
 
 @dataclass(frozen=True)
 class Options:
-    """The FP8 recipe of one model, its static scales (None: per call) and what unsupported calls do."""
+    """The FP8 recipe of one model, its static scales (None: per call), what unsupported calls do, and whether
+    the preparation of q, k, v runs under torch.compile (None: on CUDA devices)."""
 
     recipe: Recipe = Recipe()
     scales: StaticScales | None = None
     fallback: str = "sdpa"
+    compile: bool | None = None
 
 
 DEFAULT = Options()
@@ -106,7 +108,8 @@ def _attention(name, module, query, key, value, attention_mask, dropout=0.0, sca
         out = flash_attn_func(*(t.to(torch.bfloat16) for t in (q, k, v)), softmax_scale=scaling, causal=True)
     else:
         layer_scales = options.scales[module.layer_idx] if options.scales is not None else None
-        out = fp8_attention(q, k, v, options.recipe, softmax_scale=scaling, layer_scales=layer_scales)
+        out = fp8_attention(q, k, v, options.recipe, softmax_scale=scaling, layer_scales=layer_scales,
+                            compile=options.compile)
     counts[name] += 1
     return out.to(query.dtype), None
 
@@ -154,12 +157,13 @@ def attention_modules(model) -> list[torch.nn.Module]:
 
 
 def configure(model, *, rotation: bool = True, smoothing: bool = True, scales=None, seed: int = 0,
-              fallback: str = "sdpa"):
+              fallback: str = "sdpa", compile: bool | None = None):
     """Set the FP8 options of `model`'s attention layers; returns the model.
 
     scales: None (per-call amax), a StaticScales or the path of a scales file (python -m zyfa_tools calibrate),
     calibrated with the same rotation, smoothing and seed. fallback: "sdpa" (calls ZYFA cannot run go to the
-    model's sdpa attention) or "raise".
+    model's sdpa attention) or "raise". compile: prepare q, k, v under torch.compile (None: on CUDA devices;
+    False: eager, the same FP8 codes but for a rare last-bit difference of the rotation's sums, no compile time).
     """
     if fallback not in FALLBACKS:
         raise ValueError(f"fallback={fallback!r}: must be one of {FALLBACKS}")
@@ -168,7 +172,7 @@ def configure(model, *, rotation: bool = True, smoothing: bool = True, scales=No
         scales = StaticScales.load(scales)
     if scales is not None and scales.recipe != recipe:
         raise ValueError(f"the static scales were calibrated with {scales.recipe}, configure asks for {recipe}")
-    options = Options(recipe, scales, fallback)
+    options = Options(recipe, scales, fallback, compile)
     for m in attention_modules(model):
         setattr(m, ATTRIBUTE, options)
     return model

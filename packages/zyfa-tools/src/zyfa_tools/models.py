@@ -16,15 +16,17 @@ ARCHITECTURES = ("llama", "mistral", "qwen2")
 
 def random_model(arch: str = "llama", *, layers: int = 2, heads: int = 4, kv_heads: int = 2, head_dim: int = 128,
                  hidden: int = 256, vocab: int = 512, seed: int = 0, key_bias: float = 0.0,
-                 key_bias_channels: int = 4, dtype=torch.bfloat16, attn_implementation: str = "sdpa"):
-    """A randomly initialised causal LM (transformers) of architecture `arch`, in eval mode."""
+                 key_bias_channels: int = 4, max_positions: int = 4096, dtype=torch.bfloat16,
+                 attn_implementation: str = "sdpa"):
+    """A randomly initialised causal LM (transformers) of architecture `arch`, in eval mode (max_positions: the
+    config's max_position_embeddings, at least the longest sequence it will run)."""
     import transformers
 
     if arch not in ARCHITECTURES:
         raise ValueError(f"arch={arch!r}: must be one of {ARCHITECTURES}")
     common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                   num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
-                  max_position_embeddings=4096, initializer_range=0.05, tie_word_embeddings=False)
+                  max_position_embeddings=max_positions, initializer_range=0.05, tie_word_embeddings=False)
     if arch == "llama":
         config = transformers.LlamaConfig(attention_bias=key_bias != 0, **common)
     elif arch == "mistral":

@@ -1,4 +1,4 @@
-"""The float64 causal attention every accuracy figure is measured against.
+"""The float64 causal attention every accuracy figure is measured against, and the error measures.
 
 Inputs are decoded exactly (BF16 or e4m3 values times their descales) and attention is computed in float64
 with an exact softmax, a few query rows at a time so that memory stays bounded at long sequences.
@@ -71,3 +71,12 @@ def relative_rms_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| over all elements, in float64."""
     ref = ref.double()
     return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def bf16_ulps(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """|x - ref| in units of the BF16 spacing at max(|x|, |ref|, rms(ref)): the RMS floor keeps outputs that are
+    near zero by cancellation from counting a tiny absolute difference as many units."""
+    floor = float(ref.float().pow(2).mean().sqrt().clamp_min(torch.finfo(torch.bfloat16).tiny))
+    magnitude = torch.maximum(x.float().abs(), ref.float().abs()).clamp_min(floor)
+    spacing = torch.exp2(torch.floor(torch.log2(magnitude)) - 7)
+    return (x.float() - ref.float()).abs() / spacing

@@ -1,7 +1,8 @@
 """The flash-attn 2 compatible API: flash_attn_func and its packed and varlen variants.
 
-Each function checks its arguments (checks.py), brings the descales to float32 (batch, nheads_k) tensors on q's
-device and calls torch.ops.zyfa.fwd. Strided inputs go to the op as they are: a backend copies only what its
+Each function checks its arguments (checks.py), passes descale tensors on as they are (one element or (batch,
+nheads_k), any strides), makes a float descale a cached one-element tensor on q's device, and calls
+torch.ops.zyfa.fwd. Strided inputs go to the op as they are: a backend copies only what its
 kernel cannot read (a last dimension that is not contiguous, a misaligned view) and pads the sequence only for
 kernels that do not mask their last tile (the manifest's masks_tail).
 
@@ -22,19 +23,19 @@ PACK_DIM = {"bshd": 2, "bhsd": 1}  # packed qkv / kv: the pack dimension stands 
 
 
 @functools.lru_cache(maxsize=64)
-def _filled(value: float, shape: tuple[int, int], device: torch.device) -> torch.Tensor:
-    """A float descale as a (batch, heads_k) tensor, made once per value, shape and device (never written; a
-    normal tensor even when made under inference_mode)."""
+def _filled(value: float, device: torch.device) -> torch.Tensor:
+    """A float descale as a one-element tensor, made once per value and device (never written; a normal tensor
+    even when made under inference_mode)."""
     with torch.inference_mode(False):
-        return torch.full(shape, value, dtype=torch.float32, device=device)
+        return torch.full((1,), value, dtype=torch.float32, device=device)
 
 
-def _descale_tensor(value, shape, device) -> torch.Tensor:
+def _descale_tensor(value, device) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
-        return value.contiguous()  # a (batch, heads_k) tensor as it is; an expanded one-element one is copied
+        return value  # one element or (batch, heads_k), any strides: the kernels read it where it is
     if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():  # traced or fake: nothing cached
-        return torch.full(shape, value, dtype=torch.float32, device=device)
-    return _filled(value, shape, device)
+        return torch.full((1,), value, dtype=torch.float32, device=device)
+    return _filled(value, device)
 
 
 def _direct(q, k, v) -> bool:
@@ -52,13 +53,17 @@ def _attention(q, k, v, softmax_scale, q_descale, k_descale, v_descale, layout, 
     """Checked call of the op; returns (out, lse)."""
     problem = checks.attention_inputs(q, k, v, layout)
     scale = checks.softmax_scale_value(softmax_scale, problem.d_qk)
-    p_mode = checks.p_mode_value(p_mode, problem)
-    descales = checks.descales(problem, q.device, scale, q_descale=q_descale, k_descale=k_descale,
-                               v_descale=v_descale)
-    checks.cpu_values(problem, q, k, *descales, scale)
-    if problem.is_fp8:
-        shape = (problem.batch, problem.heads_k)
-        descales = tuple(_descale_tensor(d, shape, q.device) for d in descales)
+    if p_mode is not None:
+        p_mode = checks.p_mode_value(p_mode, problem)
+    if problem.is_fp8 or not (q_descale is None and k_descale is None and v_descale is None):
+        descales = checks.descales(problem, q.device, scale, q_descale=q_descale, k_descale=k_descale,
+                                   v_descale=v_descale)
+        checks.cpu_values(problem, q, k, *descales, scale)
+        if problem.is_fp8:
+            descales = tuple(_descale_tensor(d, q.device) for d in descales)
+    else:  # BF16 without descales, the common call
+        descales = (None, None, None)
+        checks.cpu_values(problem, q, k, None, None, None, scale)
     if _direct(q, k, v):
         return op.forward(problem, q, k, v, *descales, scale, layout, p_mode)
     return op.fwd(q, k, v, *descales, scale, layout, p_mode)

@@ -36,8 +36,9 @@ def fwd(
     layout: str,
     p_mode: str | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Causal attention on q, k, v in `layout` (any sequence length, any strides); descales contiguous float32
-    (batch, nheads_k) for FP8, None for BF16; p_mode None (the target's default), "exact" or "lean" (FP8 only).
+    """Causal attention on q, k, v in `layout` (any sequence length, any strides); descales float32 tensors of one
+    element or of shape (batch, nheads_k), any strides, for FP8, None for BF16; p_mode None (the target's default),
+    "exact" or "lean" (FP8 only).
     Returns out (BF16, contiguous in q's layout) and lse (float32 (batch, heads, seqlen), contiguous)."""
     problem = checks.op_inputs(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout, p_mode)
     return forward(problem, q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout, p_mode)

@@ -28,7 +28,9 @@ from .runner import Options, run
 
 EPILOG = """\
 Contenders: zyfa (the configurations of zyfa_kernels.manifest for this GPU's target, the call without p_mode, and
-zyfa-<p_mode> for every other p_mode the manifest serves; the reference path on the CPU) and, where installed,
+zyfa-<p_mode> for every other p_mode the manifest serves; the reference path on the CPU; on sm90a also
+zyfa-<schedule>, a shipped kernel of the schedule the call does not dispatch to at this S, and the kernel
+variants of --variants, each launched directly) and, where installed,
 fa3 (flash_attn_interface or fa3_fwd_interface; FP8 descales of shape (batch, heads_k)), cudnn-fp8
 (nvidia-cudnn-frontend's sdpa_fp8 graph, FP8 output), sdpa-cudnn / sdpa-flash / sdpa-efficient (torch SDPA with
 one backend, BF16), flashinfer (BF16) and, on ROCm, aiter. Every contender gets the same inputs (FP8:
@@ -77,6 +79,10 @@ def parse(argv=None) -> tuple[argparse.Namespace, Options]:
                          "aiter, sdpa-math on the CPU)")
     ap.add_argument("--error-heads", type=int, default=4, help="query heads of the float64 error measurement")
     ap.add_argument("--error-max-seqlen", type=int, default=8192, help="longest S whose error is measured")
+    ap.add_argument("--variants", type=Path, metavar="DIR",
+                    help="a folder with the manifest.json of kernel variants (python -m asmgen.sm90a.experiments "
+                         "DIR): each is timed, under its name, in the "
+                         "configurations of its dtype and head dims (sm90a)")
     ap.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     ap.add_argument("--seed", type=int, default=0, help="seed of the inputs")
     args = ap.parse_args(argv)
@@ -112,12 +118,20 @@ def parse(argv=None) -> tuple[argparse.Namespace, Options]:
         if args.quick or device.type == "cpu":
             sustained = sustained.shortened(10 if device.type == "cuda" else 100)
     dims = [(d, 128) for d in args.head_dims]
+    variants = []
+    if args.variants:
+        import zyfa_kernels
+
+        manifest = args.variants / "manifest.json"
+        if not manifest.is_file():
+            ap.error(f"--variants {args.variants}: no manifest.json there")
+        variants = list(zyfa_kernels.Manifest.from_file(manifest).kernels)
     opts = Options(
         configs=protocol.configurations(args.dtypes, dims, args.seqlens, args.heads, kinds), device=device,
         out=args.out, calls=args.calls, warmup=args.warmup, rounds=args.rounds, idle_s=args.idle,
         inputs=args.inputs or ("activation" if args.sustained else "gaussian"), sustained=sustained,
         error_heads=args.error_heads, error_max_seqlen=args.error_max_seqlen, only=args.contenders,
-        plots=not args.no_plots, seed=args.seed)
+        plots=not args.no_plots, seed=args.seed, variants=variants)
     if not opts.configs:
         ap.error("no configuration: --heads must allow heads_k = heads / 4 for GQA")
     return args, opts

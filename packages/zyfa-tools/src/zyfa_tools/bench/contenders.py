@@ -5,11 +5,13 @@ returns its output decoded to float32 (batch, seqlen, heads, d_v), so that the e
 the same way. What cannot run says why: `Skip(reason)` (not installed, no kernel in the manifest, a dtype or head
 dim the peer does not take), reported in the results beside the measured rows.
 ZYFA's configurations come from the manifest (zyfa_kernels.manifest) for the device's target; on the CPU the
-reference path serves every configuration.
+reference path serves every configuration. On sm90a the shipped kernels of the other schedule and kernel variants
+(a manifest of builds for measurement) are launched directly as contenders of their own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -22,7 +24,9 @@ import torch
 import zyfa
 from zyfa.backends import backend_name, describe
 
-from .protocol import Config, Inputs
+from .protocol import Config, Inputs, watchdog
+
+FIRST_CALL_LIMIT_S = 30.0  # one call of any contender takes milliseconds on a GPU; the watchdog ends a hang
 
 
 @dataclass
@@ -61,6 +65,13 @@ def zyfa_kernels_for(config: Config, target: str) -> list:
     return found
 
 
+def model_kwargs(kernel) -> dict:
+    """zyfa.numerics.attention's keywords for the numerics a kernel's manifest entry declares (config_from_kernel)."""
+    from zyfa import numerics
+
+    return dataclasses.asdict(numerics.config_from_kernel(kernel.fields))
+
+
 def _bshd_float(out) -> torch.Tensor:
     return (out[0] if isinstance(out, tuple) else out).float()
 
@@ -71,8 +82,28 @@ def _default_p_mode(kernels) -> str:
     return (marked or {k.p_mode for k in kernels}).pop()
 
 
-def zyfa_contenders(config: Config, x: Inputs, target: str) -> list[Contender | Skip]:
-    """"zyfa": the call without p_mode, and for FP8 one "zyfa-<p_mode>" per other p_mode the manifest serves."""
+def _launch(kernel, config: Config, x: Inputs, name: str) -> Contender:
+    """`kernel` (a manifest entry) launched directly by the sm90a backend on the shared inputs."""
+    from zyfa.backends import sm90a
+
+    descales = (None, None, None)
+    if x.descales:  # the backend takes (batch, heads_k) descales
+        descales = tuple(x.descales[f"{n}_descale"].reshape(1, 1).expand(1, config.heads_k).contiguous()
+                         for n in ("q", "k", "v"))
+    scale = config.d_qk ** -0.5
+    return Contender(name, lambda: sm90a.run(kernel, x.q, x.k, x.v, scale, "bshd", descales=descales), _bshd_float,
+                     kernel.name)
+
+
+def _fits(kernel, config: Config) -> bool:
+    dtype = {"bf16": "bf16", "fp8": "fp8e4m3"}[config.dtype]
+    return (kernel.dtype, kernel.d_qk, kernel.d_v) == (dtype, config.d_qk, config.d_v)
+
+
+def zyfa_contenders(config: Config, x: Inputs, target: str, variants=()) -> list[Contender | Skip]:
+    """"zyfa": the call without p_mode, and for FP8 one "zyfa-<p_mode>" per other p_mode the manifest serves; on
+    sm90a "zyfa-<schedule>" for each shipped kernel of a schedule the call does not dispatch to at this length, and
+    each of `variants` (manifest entries) of the configuration's dtype and head dims under its own name."""
     if target == "reference":
         return [Contender("zyfa", lambda: zyfa.flash_attn_func(x.q, x.k, x.v, causal=True, **x.descales),
                           _bshd_float, "reference path (the numerics model)")]
@@ -92,7 +123,21 @@ def zyfa_contenders(config: Config, x: Inputs, target: str) -> list[Contender | 
         made.append(Contender(name, lambda p_mode=p_mode: zyfa.flash_attn_func(
             x.q, x.k, x.v, causal=True, p_mode=p_mode, **x.descales), _bshd_float,
             ", ".join(k.name for k in kernels if k.p_mode == p_mode)))
-    return made
+    if target != "sm90a":
+        return made + [Skip(v.name, f"kernel variants are launched on sm90a only, not {target}") for v in variants
+                       if _fits(v, config)]
+    made += [_launch(k, config, x, f"zyfa-{k.schedule}") for k in other_schedules(config, kernels, default)]
+    return made + [_launch(v, config, x, v.name) for v in variants if _fits(v, config)]
+
+
+def other_schedules(config: Config, kernels, p_mode: str) -> list:
+    """The shipped sm90a kernels of `config`'s dtype, head dims and `p_mode` whose schedule none of `kernels` (those
+    serving config.seqlen) has: the schedule the call would take at other lengths."""
+    import zyfa_kernels
+
+    dispatched = {k.schedule for k in kernels if k.p_mode == p_mode}
+    return [k for k in zyfa_kernels.manifest().of("sm90a")
+            if _fits(k, config) and k.p_mode == p_mode and k.schedule not in dispatched]
 
 
 def _sdpa(backend_name_: str, device: torch.device):
@@ -218,11 +263,13 @@ def peers(device: torch.device) -> list[tuple[str, Callable]]:
             ("sdpa-efficient", _sdpa("EFFICIENT_ATTENTION", device)), ("flashinfer", _flashinfer)]
 
 
-def prepare_all(config: Config, x: Inputs, device: torch.device, error=None, only=None):
-    """([Contender], [Skip]): ZYFA and the peers for one configuration (`only`: names to keep) and the skips with
-    their reasons. Each contender is called once, and error(output) (None: no error measurement) is its error; a
-    peer whose preparation or first call fails is a skip that quotes the exception."""
-    makers = [("zyfa", lambda c, i: zyfa_contenders(c, i, target_of(device)))] + peers(device)
+def prepare_all(config: Config, x: Inputs, device: torch.device, error=None, only=None, variants=()):
+    """([Contender], [Skip]): ZYFA (with `variants`, manifest entries) and the peers for one configuration (`only`:
+    names to keep) and the skips with their reasons. Each contender is called once, under a watchdog on the GPU,
+    and error(output) (None: no error measurement) is its error; a peer whose preparation or first call fails is a
+    skip that quotes the exception."""
+    makers = [("zyfa", lambda c, i: zyfa_contenders(c, i, target_of(device), variants))] + peers(device)
+    limit = FIRST_CALL_LIMIT_S if device.type == "cuda" else None
     ready, skipped = [], []
     for name, make in makers:
         if only and name not in only:
@@ -237,7 +284,8 @@ def prepare_all(config: Config, x: Inputs, device: torch.device, error=None, onl
                 skipped.append(item)
                 continue
             try:
-                output = item.decode(item.call())  # a peer that declines the shape says so here
+                with watchdog(f"the first call of {item.name}", limit):
+                    output = item.decode(item.call())  # a peer that declines the shape says so here
                 item.error = error(output) if error else None
                 del output
                 ready.append(item)

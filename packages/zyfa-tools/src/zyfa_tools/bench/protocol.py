@@ -9,6 +9,10 @@ times back-to-back calls after an idle period and a warm-up instead (Sustained).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -25,6 +29,12 @@ DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 GQA_GROUP = 4
 CALLS, WARMUP, ROUNDS = 100, 500, 3
 IDLE_BEFORE_LONG_S, LONG_SEQLEN = 5.0, 16384
+
+
+def causal_flops(batch: int, heads: int, seqlen: int, d_qk: int, d_v: int) -> float:
+    """The protocol's FLOP count of one causal forward: B H S^2 (d_qk + d_v), half of the full matrix products'
+    2 B H S^2 (d_qk + d_v)."""
+    return batch * heads * seqlen * seqlen * (d_qk + d_v)
 
 
 def heads_for(seqlen: int) -> int:
@@ -49,8 +59,7 @@ class Config:
 
     @property
     def flops(self) -> float:
-        """The protocol's FLOP count: B H S^2 (d_qk + d_v), half of the full matrix products' 2 B H S^2 (d_qk + d_v)."""
-        return self.heads * self.seqlen**2 * (self.d_qk + self.d_v)
+        return causal_flops(1, self.heads, self.seqlen, self.d_qk, self.d_v)
 
     @property
     def series(self) -> str:
@@ -210,3 +219,24 @@ class Clock:
                 batch *= 2
             results.append(total_ms / count)
         return results
+
+
+@contextlib.contextmanager
+def watchdog(label: str, seconds: float | None):
+    """Ends the process (exit 3, naming `label`) if the body has not finished after `seconds` (None: no limit): a
+    kernel that never completes, e.g. a broken variant waiting on a barrier nobody arrives at, cannot be interrupted
+    from Python, and would otherwise hang the run until the machine's time limit with nothing reported."""
+    if seconds is None:
+        yield
+        return
+
+    def expire():
+        print(f"watchdog: {label} did not finish within {seconds:.0f} s; stopping", file=sys.stderr, flush=True)
+        os._exit(3)
+
+    timer = threading.Timer(seconds, expire)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()

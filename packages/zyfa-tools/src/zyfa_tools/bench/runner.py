@@ -32,6 +32,7 @@ class Options:
     only: list[str] = field(default_factory=list)  # contender names to run (empty: all)
     plots: bool = True
     seed: int = 0
+    variants: list = field(default_factory=list)  # kernel variants (manifest entries) timed as contenders
 
 
 class Progress:
@@ -64,7 +65,7 @@ def measure(config: Config, opts: Options, clock: Clock) -> tuple[list[dict], li
     """Rows (one per contender) and skips of one configuration."""
     x = make_inputs(config, opts.device, opts.inputs, opts.seed)
     error = error_function(config, x, opts.error_heads) if config.seqlen <= opts.error_max_seqlen else None
-    ready, skipped = prepare_all(config, x, opts.device, error, opts.only)
+    ready, skipped = prepare_all(config, x, opts.device, error, opts.only, opts.variants)
     kernel = {c.name: [] for c in ready}
     eager = {c.name: [] for c in ready}
     methods = {}

@@ -52,6 +52,12 @@ def device_index(t: torch.Tensor) -> int:
     return index if index >= 0 else torch.cuda.current_device()
 
 
+def on_gpu(t: torch.Tensor) -> bool:
+    """Whether t lives where the GPU kernels run (a CUDA / ROCm device; the fake device of the host benchmark
+    says so for CPU tensors)."""
+    return t.is_cuda
+
+
 def current_stream(device: int) -> int:
     """The raw current stream of `device` (as torch's compiled code reads it: no Stream object is made)."""
     return torch._C._cuda_getCurrentRawStream(device)
@@ -157,19 +163,17 @@ def job_table(build: Callable[..., np.ndarray], *args, device: int) -> JobTable:
 
 
 class Prepared:
-    """One kernel's launch for one shape: its Launcher, its job table and its argument values in the kernel's
-    order, with the slots of the per-call values (pointers of fresh outputs, tensor maps of new addresses) marked."""
+    """One kernel's launch for one shape: its Launcher, its job table (None for a pre-pass) and its argument buffer,
+    packed once, with the slots of the per-call values (pointers of fresh outputs, descale strides, tensor maps of
+    new addresses) that the extension patches in at each launch."""
 
-    __slots__ = ("launcher", "plan", "table", "_template", "_slots")
+    __slots__ = ("launcher", "plan", "table", "launch")
 
     def __init__(self, launcher, plan, table: JobTable, args: dict, per_call: Sequence[str]):
-        names = launcher.kernel.layout.names
+        layout = launcher.kernel.layout
         self.launcher, self.plan, self.table = launcher, plan, table
-        self._template = [args.get(name) for name in names]
-        self._slots = tuple(names.index(name) for name in per_call)
-
-    def launch(self, stream: int, per_call: Sequence) -> None:
-        values = self._template.copy()
-        for slot, value in zip(self._slots, per_call, strict=True):
-            values[slot] = value
-        self.launcher.launch(stream, values)
+        slots = [layout.names.index(name) for name in per_call]
+        values = [args.get(name) for name in layout.names]
+        for slot in slots:  # placeholders of the per-call values' types, packed into the template buffer
+            values[slot] = bytes(128) if layout.types[slot] == "tmap" else 0
+        self.launch = launcher.prepare(values, slots).launch  # launch(stream, per-call values in per_call's order)

@@ -118,6 +118,9 @@ def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layo
     lse float32). Inputs are padded to the tiles unless the kernel masks its last tile, and copied where the
     kernel cannot read the view (a last dimension that is not contiguous). A call whose shapes, strides, scale and
     p_mode were seen before reuses that call's prepared launch."""
+    if q_descale is not None:  # the kernels read contiguous (batch, heads_k) descales
+        shape = (q.shape[0], k.shape[2 if layout == "bshd" else 1])
+        q_descale, k_descale, v_descale = (_per_kv_head(d, shape) for d in (q_descale, k_descale, v_descale))
     key = (q.dtype, layout, p_mode, softmax_scale, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(),
            q.get_device())
     prepared = _prepared.get(key)
@@ -125,6 +128,16 @@ def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layo
         prepared = _GfxPrepared.make(q, k, v, q_descale, k_descale, v_descale, softmax_scale, layout, p_mode)
         _prepared.put(key, prepared)
     return prepared.run(q, k, v, q_descale, k_descale, v_descale)
+
+
+def _per_kv_head(d: torch.Tensor | None, shape: tuple[int, int]) -> torch.Tensor | None:
+    """A descale of one element or of shape (batch, heads_k), any strides, as the contiguous (batch, heads_k)
+    tensor the kernels read (copied only where it is not one already); anything else is left to _check_descale."""
+    if d is None or d.is_contiguous() and tuple(d.shape) == shape:
+        return d
+    if d.numel() == 1:
+        return d.reshape(1, 1).expand(shape).contiguous()
+    return d.contiguous() if tuple(d.shape) == shape else d
 
 
 def _pointers(descales) -> tuple[int, int, int]:

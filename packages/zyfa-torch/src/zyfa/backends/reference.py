@@ -39,7 +39,8 @@ def _kernel_target(device: torch.device) -> str | None:
 
 
 def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layout: str, p_mode: str | None = None):
-    """q, k, v in `layout`, any length and strides; descales: float32 (batch, heads_k) or None.
+    """q, k, v in `layout`, any length and strides; descales: float32 tensors of one element or (batch, heads_k)
+    (broadcast here), or None.
 
     Returns out (BF16, contiguous in q's layout) and lse (float32, (batch, heads, seqlen), natural log).
     """
@@ -53,6 +54,8 @@ def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layo
         for name, value in descales.items():
             if value is None:
                 raise ValueError(f"{name} is required for float8_e4m3fn inputs")
+            if value.numel() == 1:
+                descales[name] = value.reshape(1, 1).expand(q.shape[0], k.shape[2])
     options = numerics_options(q, v.shape[-1], q.shape[1], p_mode)
     out, lse = numerics.attention(q, k, v, softmax_scale=softmax_scale, return_lse=True, **descales, **options)
     if layout == "bhsd":

@@ -29,8 +29,14 @@ TMA_BOX_BYTES = 128  # bytes per row of a TMA box: the widest the 128-byte swizz
 TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned global addresses and strides
 SWIZZLE = 128  # bytes: the 128-byte swizzle the kernels' shared-memory layout assumes
 VT_KEY_GROUP = 16  # FP8 V^T: keys permuted within groups of 16 (attention_fwd_fp8.cu, pack_p)
-# Per-call pointer arguments: fresh outputs each call, descales (FP8) wherever the caller keeps them.
-POINTERS = ("out", "lse", "q_descale", "k_descale", "v_descale")
+DESCALES = ("q_descale", "k_descale", "v_descale")
+# Per-call arguments: fresh outputs each call; FP8 descales wherever the caller keeps them, each read at
+# batch * stride_b + head_k * stride_h (element strides; (0, 0) for a one-element descale).
+DESCALE_ARGS = (*DESCALES, *(f"{name}_stride_{dim}" for name in DESCALES for dim in "bh"))
+POINTERS = ("out", "lse", *DESCALE_ARGS)
+INT32_MAX = 2**31 - 1
+MAPS_PER_LAUNCH = 64  # encoded tensor maps a prepared launch keeps (by operand and address)
+GRID_YZ_MAX = 65535  # CUDA's limit on a grid's y and z sizes
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,72 @@ def vt_map_spec(vt: torch.Tensor, kernel) -> TensorMapSpec:
 def transposed_v(v: torch.Tensor, layout: str) -> torch.Tensor:
     """FP8 V as the kernels read it: (batch, heads_k, d_v, keys), keys contiguous, zero-padded to a multiple of 16
     and permuted within each 16 (position 4t + 2a + b holds key 8a + 2t + b: the P operand's order, so that the
-    kernel's P needs no exchange between lanes). One pass over V, on the current stream (graph-safe)."""
+    kernel's P needs no exchange between lanes). On a GPU one launch of the manifest's transpose_v kernel on the
+    current stream (graph-safe; its launch prepared once per shape and strides), elsewhere transposed_v_reference;
+    the two are bitwise equal (ci/gpu_check.py)."""
+    if not dev.on_gpu(v):
+        return transposed_v_reference(v, layout)
+    vb = v if layout == "bshd" else v.transpose(1, 2)  # (batch, seqlen, heads_k, d_v)
+    if vb.data_ptr() % TMA_ALIGN:
+        vb = vb.contiguous()
+    key = (vb.shape, vb.stride(), vb.get_device())
+    launch = _transposes.get(key)
+    if launch is None:
+        if vb.stride(3) != 1 or any(st % TMA_ALIGN for st in vb.stride()[:3]):  # 16-byte rows the kernel loads
+            return transposed_v(vb.contiguous(), "bshd")
+        launch = _TransposeLaunch(vb)
+        _transposes.put(key, launch)
+    return launch.run(vb)
+
+
+class _TransposeLaunch:
+    """The transpose_v launch of one V shape and strides (16-byte aligned rows): its prepared launch and V^T's
+    shape. The attention launch of an FP8 shape holds one, so its calls skip transposed_v's lookup."""
+
+    __slots__ = ("launch", "device", "shape")
+
+    def __init__(self, vb: torch.Tensor):
+        kernel = transpose_kernel(vb.shape[3])
+        grid, args = transpose_plan(kernel, tuple(vb.shape), tuple(vb.stride()))
+        self.device = dev.device_index(vb)
+        self.launch = dev.Prepared(loader().launcher(kernel, self.device, grid), None, None, args, ("v", "vt")).launch
+        batch, _, heads_k, d_v = vb.shape
+        self.shape = (batch, heads_k, d_v, args["keys"])
+
+    def run(self, vb: torch.Tensor, stream: int | None = None) -> torch.Tensor:
+        """V^T of vb (of this launch's shape and strides, 16-byte aligned) on `stream` (None: the current one)."""
+        vt = torch.empty(self.shape, dtype=vb.dtype, device=vb.device)
+        self.launch(dev.current_stream(self.device) if stream is None else stream, (vb.data_ptr(), vt.data_ptr()))
+        return vt
+
+
+_transposes = dev.LRU(dev.PREPARED)  # (shape, strides, device) of V -> its _TransposeLaunch
+
+
+@functools.lru_cache(maxsize=8)
+def transpose_kernel(d_v: int):
+    """The manifest's V^T pre-pass for head dim d_v."""
+    return dispatch.manifest().find(TARGET, kind="transpose_v", dtype="fp8e4m3", d_v=d_v)
+
+
+def transpose_plan(kernel, shape: tuple[int, int, int, int], strides: tuple[int, ...]):
+    """(grid, arguments) of the transpose_v kernel on V (batch, seqlen, heads_k, d_v) with these element strides:
+    one CTA per tile of tile_keys keys, kv head and batch; V^T rows of seqlen rounded up to key_group keys."""
+    batch, seqlen, heads_k, d_v = shape
+    if d_v != kernel.d_v or strides[3] != 1:
+        raise ValueError(f"sm90a: {kernel.name} takes V with head dim {kernel.d_v}, contiguous (got {d_v}, stride "
+                         f"{strides[3]})")
+    keys = -(-seqlen // kernel.key_group) * kernel.key_group
+    if batch > GRID_YZ_MAX or heads_k > GRID_YZ_MAX:
+        raise ValueError(f"sm90a: {kernel.name} takes at most {GRID_YZ_MAX} batches and kv heads (grid y and z), "
+                         f"got batch {batch}, heads_k {heads_k}")
+    args = {"seqlen": seqlen, "keys": keys, "v_stride_b": strides[0], "v_stride_s": strides[1],
+            "v_stride_h": strides[2]}
+    return (-(-keys // kernel.tile_keys), heads_k, batch), args
+
+
+def transposed_v_reference(v: torch.Tensor, layout: str) -> torch.Tensor:
+    """transposed_v in torch operations (pad, permute, copy): the CPU path and the GPU check's oracle."""
     vb = v if layout == "bshd" else v.transpose(1, 2)  # (batch, seqlen, heads_k, d_v)
     batch, seqlen, heads_k, d_v = vb.shape
     pad = -seqlen % VT_KEY_GROUP
@@ -98,10 +169,10 @@ def readable(address: int, strides_bytes) -> bool:
 
 def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int, jobs_ptr: int, num_jobs: int,
          grid: int, softmax_scale: float, *, vt: torch.Tensor | None = None,
-         descales: tuple[int, int, int] | None = None) -> Plan:
+         descales: tuple[int, ...] | None = None) -> Plan:
     """Kernel arguments for one call. q, k, v, out are (batch, seqlen, heads, dim) views; seqlen is padded to the
     tiles unless the kernel masks its last tiles itself (masks_tail). FP8 kernels take V^T (transposed_v) and the
-    device addresses of the (batch, heads_k) float32 descales of q, k and v instead of v."""
+    descale arguments (descale_args: the float32 descales' addresses, then their (stride_b, stride_h)) instead of v."""
     batch, seqlen, heads, _ = q.shape
     heads_k = k.shape[2]
     if not kernel.fields.get("masks_tail") and (seqlen % kernel.tile_m or seqlen % kernel.tile_n):
@@ -117,10 +188,7 @@ def plan(kernel, q: Operand, k: Operand, v: Operand, out: Operand, lse_ptr: int,
         if vt is None or descales is None:
             raise ValueError(f"sm90a: {kernel.name} takes V^T and the descales")
         maps["vt"] = vt_map_spec(vt, kernel)
-        extra = dict(zip(("q_descale", "k_descale", "v_descale"), descales, strict=True))
-        # the (batch, heads_k) contiguous descales of today's call path
-        extra.update({f"{name}_stride_{dim}": stride for name in ("q_descale", "k_descale", "v_descale")
-                      for dim, stride in (("b", heads_k), ("h", 1))})
+        extra = dict(zip(DESCALE_ARGS, descales, strict=True))
     else:
         maps["v"] = tensor_map_spec("v", v, kernel.dtype, kernel.tile_n)
     args = {
@@ -167,7 +235,8 @@ def launch(p: Plan, device: int, stream: int) -> None:
 
 def forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, layout: str, p_mode: str | None = None):
     """Interface of every backend: inputs in `layout` -> (out BF16 contiguous in `layout`, lse float32). FP8
-    descales are contiguous float32 (batch, heads_k) tensors on the device (checks.descales), BF16's None."""
+    descales are float32 tensors on the device of one element or of shape (batch, heads_k), any strides
+    (checks.descales), BF16's None."""
     descales = (q_descale, k_descale, v_descale)
     key = (q.dtype, p_mode, layout, softmax_scale, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(),
            q.get_device())
@@ -203,8 +272,8 @@ def run(kernel, q, k, v, softmax_scale: float, layout: str, *, balanced: bool = 
     """One launch of `kernel` (a manifest entry; the benchmark also passes variants) on the current stream, on
     q, k, v of any length and strides: padded to the tiles unless the kernel masks its last tile, copied where TMA
     cannot read them. balanced=False walks the plain paired table (for the benchmark's comparison). FP8 kernels
-    (v_transposed) also take the float32 (batch, heads_k) descales and read V^T: transposed_v(v, layout), made
-    here unless given (the benchmark's kernel-only timing passes it).
+    (v_transposed) also take the float32 descales (one element or (batch, heads_k), any strides) and read V^T:
+    transposed_v(v, layout), made here unless given (the benchmark's kernel-only timing passes it).
 
     A call whose shapes, strides and scale were seen before with aligned addresses reuses that call's prepared
     launch: then only the outputs (and V^T) are allocated and the pointers filled in."""
@@ -242,19 +311,34 @@ def _operand_view(t: torch.Tensor, seq_dim: int, length: int) -> torch.Tensor:
     return _tma_view(t)
 
 
-def _descale_pointers(kernel, descales) -> tuple[int, int, int] | None:
+def descale_args(descales) -> tuple[int, ...]:
+    """The kernel's descale arguments: the three addresses, then each descale's (stride_b, stride_h) in elements,
+    (0, 0) for one element. Nothing is copied unless a stride exceeds int32 (a view into a huge tensor)."""
+    strides = []
+    for d in descales:
+        if d.numel() == 1:
+            strides += (0, 0)
+        else:
+            strides += d.stride()
+    if max(strides) > INT32_MAX:
+        return descale_args(tuple(d.contiguous() for d in descales))
+    return (descales[0].data_ptr(), descales[1].data_ptr(), descales[2].data_ptr(), *strides)
+
+
+def _descale_args(kernel, descales) -> tuple[int, ...] | None:
     if not kernel.fields.get("v_transposed"):
         return None
     if any(d is None for d in descales):
         raise ValueError(f"sm90a: {kernel.name} takes q_descale, k_descale and v_descale (FP8 inputs)")
-    return tuple(d.data_ptr() for d in descales)
+    return descale_args(descales)
 
 
 class _Prepared(dev.Prepared):
     """A prepared sm90a launch: also each operand's tensor map template and what each call copies (padding to
     `length` rows, or a contiguous copy of a view TMA cannot read; V^T for FP8)."""
 
-    __slots__ = ("_maps", "_seq_dim", "_seqlen", "_length", "_copies", "_layout", "_heads", "_d_v", "_fp8")
+    __slots__ = ("_maps", "_encoded", "_transpose", "_seq_dim", "_seqlen", "_length", "_copies", "_layout", "_heads",
+                 "_d_v", "_fp8")
 
     @classmethod
     def make(cls, kernel, q, k, v, softmax_scale, layout, balanced, seq_dim, seqlen, length, copies,
@@ -267,23 +351,32 @@ class _Prepared(dev.Prepared):
         table = dev.job_table(host_job_table, *build_args, device=device)
         out, lse = dev.outputs(q, batch, length, heads, kernel.d_v, layout)
         rounds, grid, _ = table.device.shape
-        pointers = _descale_pointers(kernel, descales)
+        pointers = _descale_args(kernel, descales)
         fp8 = {} if pointers is None else {"vt": transposed_v(v, layout) if vt is None else vt, "descales": pointers}
         p = plan(kernel, qo, ko, vo, Operand.of(out, layout), lse.data_ptr(), table.device.data_ptr(),
                  rounds * grid, grid, softmax_scale, **fp8)
         self = cls(loader().launcher(kernel, device, p.grid), p, table, p.args,
                    [n for n in POINTERS if n in p.args] + list(p.tensor_maps))
-        self._maps = {name: (spec, encode(spec)) for name, spec in p.tensor_maps.items()}
+        self._maps = dict(p.tensor_maps)
+        self._encoded = {(name, spec.address): encode(spec) for name, spec in p.tensor_maps.items()}
         self._seq_dim, self._seqlen, self._length, self._copies = seq_dim, seqlen, length, copies
         self._layout, self._heads, self._d_v, self._fp8 = layout, heads, kernel.d_v, pointers is not None
+        self._transpose = None  # V^T through transposed_v, or straight through this shape's transpose launch:
+        vb = v if layout == "bshd" else v.transpose(1, 2)
+        if self._fp8 and dev.on_gpu(v) and vb.stride(3) == 1 and not any(st % TMA_ALIGN for st in vb.stride()[:3]):
+            self._transpose = _TransposeLaunch(vb)
         return self
 
     def map(self, name: str, address: int) -> bytes:
-        """The tensor map of operand `name` at `address` (the prepared one, or encoded and cached per address)."""
-        spec, encoded = self._maps[name]
-        if address == spec.address:
-            return encoded
-        return encode(dataclasses.replace(spec, address=address))
+        """The tensor map of operand `name` at `address`, encoded once per address (a caching allocator hands the
+        same blocks back; at most MAPS_PER_LAUNCH kept per launch, emptied when full)."""
+        encoded = self._encoded.get((name, address))
+        if encoded is None:
+            encoded = encode(dataclasses.replace(self._maps[name], address=address))
+            if len(self._encoded) >= MAPS_PER_LAUNCH:
+                self._encoded.clear()  # bounded, and safe under threads: start over
+            self._encoded[(name, address)] = encoded
+        return encoded
 
     def run(self, q, k, v, descales=(None, None, None), vt=None):
         if self._length != self._seqlen:
@@ -295,9 +388,10 @@ class _Prepared(dev.Prepared):
         out, lse = dev.outputs(q, q.shape[0], self._length, self._heads, self._d_v, self._layout)
         self.table.used_on(stream)
         if self._fp8:
-            vt = transposed_v(v, self._layout) if vt is None else vt
-            qd, kd, vd = (d.data_ptr() for d in descales)
-            per_call = (out.data_ptr(), lse.data_ptr(), qd, kd, vd, self.map("q", q.data_ptr()),
+            if vt is None:  # v's strides are the prepared ones and its address 16-byte aligned (forward checks)
+                vt = (transposed_v(v, self._layout) if self._transpose is None
+                      else self._transpose.run(v if self._layout == "bshd" else v.transpose(1, 2), stream))
+            per_call = (out.data_ptr(), lse.data_ptr(), *descale_args(descales), self.map("q", q.data_ptr()),
                         self.map("k", k.data_ptr()), self.map("vt", vt.data_ptr()))
         else:
             per_call = (out.data_ptr(), lse.data_ptr(), self.map("q", q.data_ptr()), self.map("k", k.data_ptr()),

@@ -16,12 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[3]
-CI = ROOT / "ci"
-sys.path.insert(0, str(CI))
+from ci import gfx950_validation as cfg
+from ci import gpu_target
 
-import gfx950_validation as cfg  # noqa: E402
-import gpu_target  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+CI = ROOT / "ci"
 
 # ---- detection --------------------------------------------------------------------------------------------------
 
@@ -101,10 +100,10 @@ def test_no_gpu_stops_before_any_stage(tmp_path):
 
 
 def fake_python(tmp_path, failing: str) -> Path:
-    """A python that fails on `failing` (a script path) and runs every other command with this interpreter."""
+    """A python that fails on `-m failing` (a module) and runs every other command with this interpreter."""
     path = tmp_path / "python"
-    path.write_text(f'#!/usr/bin/env bash\nif [ "$1" = "{failing}" ]; then echo "{failing} failed" >&2; exit 1; fi\n'
-                    f'exec "{sys.executable}" "$@"\n')
+    path.write_text(f'#!/usr/bin/env bash\nif [ "$1 $2" = "-m {failing}" ]; then echo "{failing} failed" >&2; exit 1; '
+                    f'fi\nexec "{sys.executable}" "$@"\n')
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
     return path
 
@@ -114,7 +113,7 @@ def test_gfx950_failures_do_not_stop_later_stages(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / cfg.CHECK_JSON).write_text(json.dumps(check_report(ok=False)))
-    python = fake_python(tmp_path, "ci/gpu_check_gfx950.py")
+    python = fake_python(tmp_path, "ci.gpu_check_gfx950")
     result = subprocess.run(["bash", "ci/gpu.sh", "check", "summary"], cwd=ROOT, capture_output=True, text=True,
                             env={**os.environ, "OUT": str(out), "GPU_TARGET": "gfx950", "PYTHON": str(python)},
                             timeout=120)
@@ -186,7 +185,7 @@ def test_verdict(changes, expected):
 
 @pytest.fixture
 def check_module(monkeypatch):
-    import gpu_check_gfx950 as check
+    from ci import gpu_check_gfx950 as check
 
     monkeypatch.setattr(check, "DEVICE", "cpu")
     monkeypatch.delenv("ZYFA_BACKEND", raising=False)
@@ -241,8 +240,11 @@ def test_check_script_small_run_on_the_cpu(check_module, tmp_path, capsys):
     """The script's main on the CPU: its small cases through the reference backend, the JSON and the table."""
     assert check_module.main(["--small", "--expect-backend", "reference", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "gpu_check_gfx950_small.json").read_text())
-    assert report["backend"] == "reference" and len(report["accuracy"]) == 2
-    assert all(r["ok"] for r in report["accuracy"])
+    others = check_module.other_kernels()  # exact P at d = 128 and the BF16 kernels: each on its head dims' cases
+    assert {k.name for k in others} == {"fp8_d128_exact", "bf16_d128", "bf16_d192"}
+    assert report["backend"] == "reference" and len(report["accuracy"]) == 2 + len(others)
+    assert sorted(r["kernel"] for r in report["accuracy"][2:]) == sorted(k.name for k in others)
+    assert all(r["ok"] for r in report["accuracy"]), [r["failed"] for r in report["accuracy"]]
     assert set(report["kernels"]) == {"128/128", "192/128"}
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("gpu_check_gfx950 (reference backend on cpu): 0 failure(s)")
@@ -313,7 +315,7 @@ def test_rotation():
 
 @pytest.mark.filterwarnings("ignore:.*(Flash attention|Memory efficient|Memory Efficient)")
 def test_bench_problem_and_errors_on_the_cpu(monkeypatch):
-    import bench_gfx950 as bench
+    from ci import bench_gfx950 as bench
 
     monkeypatch.setattr(bench, "DEVICE", "cpu")
     monkeypatch.delenv("ZYFA_BACKEND", raising=False)
@@ -324,12 +326,13 @@ def test_bench_problem_and_errors_on_the_cpu(monkeypatch):
     assert out.shape == (1, 8, 256, 128) and out.dtype == torch.bfloat16
     declined = {}
     names = bench.probe(bench.contenders(p, None), declined)
-    assert names == ["zyfa"] and "sdpa" in declined  # SDPA's flash and efficient kernels need d_qk == d_v
+    assert names == ["zyfa", "zyfa_bf16"] and "sdpa" in declined  # SDPA's flash and efficient kernels need d_qk == d_v
     errs = bench.errors(p, ["zyfa", "sdpa"], heads=4, aiter_fn=None)  # a failing contender is left out
     assert set(errs) == {"zyfa"} and 1e-3 < errs["zyfa"] < 6e-2
     p128 = bench.gaussian_problem(256, 4, 4, 128, 128)
     errs = bench.errors(p128, bench.probe(bench.contenders(p128, None), {}), heads=2, aiter_fn=None)
-    assert set(errs) == {"zyfa", "sdpa"} and errs["sdpa"] < 1e-2 and errs["zyfa"] < 6e-2
+    assert set(errs) == {"zyfa", "zyfa_bf16", "sdpa"} and errs["sdpa"] < 1e-2 and errs["zyfa"] < 6e-2
+    assert errs["zyfa_bf16"] < 1e-2  # the BF16 kernels on the BF16 inputs
     sub = p.first_heads(4)
     assert sub.fp8_bhsd[0].shape[1] == 4 and sub.fp8_bhsd[1].shape[1] == 1 and sub.descale_kv[0].shape == (1, 1)
 
@@ -338,22 +341,22 @@ def test_bench_problem_and_errors_on_the_cpu(monkeypatch):
 def test_bench_script_on_the_cpu(monkeypatch, tmp_path, capsys):
     """The benchmark's main with the device timing replaced (the CPU has none): rows, declined peers, the sustained
     rows, the JSON, the markdown table, and the table printed last."""
-    import bench_gfx950 as bench
+    from ci import bench_gfx950 as bench
 
     monkeypatch.setattr(bench, "DEVICE", "cpu")
     monkeypatch.delenv("ZYFA_BACKEND", raising=False)
     monkeypatch.setitem(sys.modules, "aiter", None)
 
-    def fake_timed(fn, calls, warmup):
-        fn()
-        return 2.0, "graph"
+    class FakeClock:
+        def kernel_ms(self, fn, calls, warmup):
+            fn()
+            return 2.0, "graph"
 
-    def fake_sustained(fn, **protocol):
-        fn()
-        return [4.0] * protocol["repeats"]
+        def sustained_ms(self, fn, mode):
+            fn()
+            return [4.0] * mode.repeats
 
-    monkeypatch.setattr(bench, "timed_ms", fake_timed)
-    monkeypatch.setattr(bench, "sustained_time_ms", fake_sustained)
+    monkeypatch.setattr(bench, "CLOCK", FakeClock())
     args = ["--out", str(tmp_path), "--seqlens", "256", "--heads", "4", "--rounds", "2", "--sustained-seqlens", "256",
             "--quick-sustained", "--idle", "0"]
     assert bench.main(args) == 0
@@ -362,8 +365,8 @@ def test_bench_script_on_the_cpu(monkeypatch, tmp_path, capsys):
     assert report["aiter"] is None and "not importable" in report["aiter_note"]
     assert report["sustained_protocol"] == {"idle_s": 0.2, "warm_s": 0.1, "timed_s": 0.3, "repeats": 1}
     by_dims = {(r["d_qk"], r["heads_k"]): r for r in report["rows"]}
-    assert by_dims[(128, 4)]["ms"] == {"zyfa": 2.0, "sdpa": 2.0} and by_dims[(128, 1)]["heads"] == 4
-    assert by_dims[(192, 4)]["ms"] == {"zyfa": 2.0} and "sdpa" in by_dims[(192, 4)]["declined"]
+    assert by_dims[(128, 4)]["ms"] == {"zyfa": 2.0, "zyfa_bf16": 2.0, "sdpa": 2.0} and by_dims[(128, 1)]["heads"] == 4
+    assert by_dims[(192, 4)]["ms"] == {"zyfa": 2.0, "zyfa_bf16": 2.0} and "sdpa" in by_dims[(192, 4)]["declined"]
     flops = 4 * 256 * 256 * 256
     assert by_dims[(128, 4)]["tflops"]["zyfa"] == pytest.approx(flops / 2.0 / 1e9)
     assert 1e-3 < by_dims[(128, 1)]["rel_rms_vs_fp64"]["zyfa"] < 6e-2
@@ -374,7 +377,7 @@ def test_bench_script_on_the_cpu(monkeypatch, tmp_path, capsys):
 
 
 def test_missing_aiter_is_a_note(monkeypatch):
-    import bench_gfx950 as bench
+    from ci import bench_gfx950 as bench
 
     monkeypatch.setitem(sys.modules, "aiter", None)  # import fails
     fn, why = bench.find_aiter()

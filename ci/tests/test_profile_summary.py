@@ -1,4 +1,4 @@
-"""ci/profile_summary.py on a small profile in the format Nsight Compute writes."""
+"""python -m ci.profile_summary on a small profile in the format Nsight Compute writes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[3] / "ci" / "profile_summary.py"
+ROOT = Path(__file__).resolve().parents[2]
 
 DETAILS = """\
 [1] python3@127.0.0.1
@@ -32,8 +32,8 @@ SASS = f"""\
 def test_summary_reports_metrics_mix_stalls_and_try_waits(tmp_path):
     (tmp_path / "profile.txt").write_text(DETAILS)
     (tmp_path / "sass.csv").write_text(SASS)
-    out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "profile.txt"), str(tmp_path / "sass.csv")],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "ci.profile_summary", str(tmp_path / "profile.txt"),
+                          str(tmp_path / "sass.csv")], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "## zyfa_kernel" in out
     assert "| SM Frequency | 1.68 Ghz |" in out and "| Duration | 3.10 ms |" in out
     assert "| BRA | 8,000 | 44.4% |" in out  # 18,000 instructions executed
