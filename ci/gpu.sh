@@ -107,7 +107,7 @@ for stage in "${stages[@]}"; do
       ;;
     variants)
       variants=$(mktemp -d)
-      "$PY" -m asmgen.sm90a.experiments "$variants" --dtype bf16  # the FP8 ones: asmgen/sm90a/experiments/measure.py
+      "$PY" -m asmgen.sm90a.experiments "$variants" --dtype bf16  # the FP8 ones: python -m asmgen.sm90a.experiments.measure
       "$PY" -m ci.gpu_check --variants "$variants" --out "$OUT"
       ;;
     bench)  # the protocol, then its sustained-clock mode; the variants named by SM90A_VARIANT_ARGS are timed too

@@ -2,7 +2,7 @@
 determinism against the numerics model and float64 (FA3 FP8 on the same quantized inputs), then kernel-only speed
 against FA3 FP8, through benchmarks/sm90a_fp8.py's inputs, calls and timing protocol.
 
-    python asmgen/sm90a/experiments/measure.py --out DIR [--variants DIR] [--seqlens 2048 ...] [--head-dims 128,192]
+    python -m asmgen.sm90a.experiments.measure --out DIR [--variants DIR] [--seqlens 2048 ...] [--head-dims 128,192]
         [--gqa 1,4] [--rounds 3] [--calls 50] [--no-accuracy] [--no-timing]
 
 --variants: a folder from `python -m asmgen.sm90a.experiments DIR`. Every kernel is checked against the model its
@@ -15,7 +15,6 @@ Writes DIR/measure_fp8.json (after every configuration) and DIR/measure_fp8.md; 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -25,14 +24,11 @@ import torch
 
 import zyfa
 import zyfa_kernels
+from benchmarks import sm90a_fp8 as bench
 from zyfa import numerics
+from zyfa_tools.bench.contenders import model_kwargs
 from zyfa_tools.reference import attention_fp64
-
-ROOT = Path(__file__).resolve().parents[3]
-_spec = importlib.util.spec_from_file_location("sm90a_fp8_bench", ROOT / "benchmarks" / "sm90a_fp8.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)  # also puts ci/ on sys.path
-from gpu_common import model_kwargs, rel_rms  # noqa: E402
+from zyfa_tools.reference import relative_rms_error as rel_rms
 
 # (batch, seqlen, heads, heads_k): GQA at a protocol-like length, tails with batch > 1, an odd GQA length
 SHAPES = ((1, 4096, 8, 2), (2, 1000, 4, 2), (1, 777, 6, 3))
