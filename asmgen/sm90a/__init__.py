@@ -84,12 +84,12 @@ RESERVED_SHARED = 1024
 MAX_SHARED = 227 * 1024  # the most one CTA may use on sm_90
 
 
-def dynamic_shared_bytes(element_bytes: int, d_qk: int, d_v: int, stages: int, ones_rows: int = 0) -> int:
+def dynamic_shared_bytes(element_bytes: int, d_qk: int, d_v: int, stages: int) -> int:
     """Dynamic shared memory of one CTA (pipeline.cuh): a Q tile of 128 rows in boxes of 128 bytes (d_qk = 192 in
-    e4m3 takes two, the second half zeros), `stages` K and V tiles (FP8: V^T, with `ones_rows` rows of ones after
-    each), mbarriers (Q full/empty; per K/V slot K and V full/empty), alignment slack."""
+    e4m3 takes two, the second half zeros), `stages` K and V tiles (FP8: V^T), mbarriers (Q full/empty; per K/V slot
+    K and V full/empty), alignment slack."""
     q_bytes = -(-d_qk * element_bytes // BOX_ROW_BYTES) * TILE_M * BOX_ROW_BYTES
-    v_bytes = (d_v * element_bytes + ones_rows) * TILE_N
+    v_bytes = d_v * element_bytes * TILE_N
     return q_bytes + stages * (q_bytes + v_bytes) + (2 + 4 * stages) * BARRIER_BYTES + SWIZZLE_ALIGN
 
 
@@ -147,31 +147,24 @@ def _bf16_kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
 
 # ---- FP8 (e4m3): attention_fwd_fp8.cu --------------------------------------------------------------------------
 
-FP8_ONES_ROWS = 8  # rows of e4m3 ones after each V^T tile: the P V product's N = d_v + 8 gives the row sums
 # Depth of the K/V^T ring per p_mode: a third slot measured 0 to +4% for exact P at d = 128 (none at 32K) and +2% to
 # +9% at d_qk = 192 from 4K, and -11% to +1% for lean P (docs/sm90a.md, "Lean P and the exponential wall").
 FP8_STAGES = {"exact": 3, "lean": 2}
 
 
-# How the FP8 kernels' row sum l adds a tile's probabilities (Config::kRowsum): "ones" the ones columns of the P V
-# product (rowsum "rounded", but in the tensor core's truncating accumulator), "fp32" the unrounded FP32 p (rowsum
-# "fp32", FA3's way), "f16" the rounded P from the packed fragments, summed in f16x2 then FP32 (rowsum "rounded").
-FP8_ROWSUM_METHODS = {"ones": ("Rowsum::kOnes", "rounded"), "fp32": ("Rowsum::kFp32", "fp32"),
-                      "f16": ("Rowsum::kF16", "rounded")}
-# Measured on the H200 (docs/sm90a.md, "FP8"): "ones" loses the small probabilities of a tile whose P spans more than
-# the accumulator's 13 bits (an attention sink): 1.4-2.7x the model's error on activation-like inputs; "fp32" is
-# back at FA3's error on Gaussian inputs (1.15x ours); "f16" matches the model within 2% on all of them.
-FP8_ROWSUM_METHOD = "f16"
+# The FP8 kernels' row sum adds the rounded P from the packed fragments, in f16x2 then FP32 (rowsum "rounded"). Measured
+# on the H200 (docs/sm90a.md, "FP8") and deleted: the ones columns of an N = 136 P V product lose the small
+# probabilities of a tile whose P spans more than the accumulator's 13 bits (1.4-2.7x the model's error on sink-heavy
+# inputs); the unrounded FP32 p (FA3's way) is back at FA3's error on Gaussian inputs (1.15x ours).
 
 
-def fp8_shared_bytes(d_qk: int, d_v: int, stages: int, rowsum_method: str) -> int:
-    """shared_bytes of an FP8 kernel (static + dynamic): ones rows after each V^T tile for rowsum_method "ones"."""
-    ones_rows = FP8_ONES_ROWS if rowsum_method == "ones" else 0
-    return dynamic_shared_bytes(1, d_qk, d_v, stages, ones_rows) + RESERVED_SHARED
+def fp8_shared_bytes(d_qk: int, d_v: int, stages: int) -> int:
+    """shared_bytes of an FP8 kernel (static + dynamic)."""
+    return dynamic_shared_bytes(1, d_qk, d_v, stages) + RESERVED_SHARED
 
 
 # FP8 consumers issue independently at every length: the ping-pong form does not fit its registers (S 64, the
-# block accumulator 68, O 64, P 16 per thread; ptxas spills), see docs/sm90a.md.
+# block accumulator 64, O 64, P 16 per thread; ptxas spills), see docs/sm90a.md.
 FP8_SCHEDULES = ("independent",)
 
 
@@ -180,17 +173,16 @@ FP8_P_MODES = ("exact", "lean")
 FP8_DEFAULT_P_MODE = "exact"
 
 
-def _fp8_kernel(d_qk: int, d_v: int, schedule: str, p_mode: str, rowsum_method: str = FP8_ROWSUM_METHOD) -> dict:
+def _fp8_kernel(d_qk: int, d_v: int, schedule: str, p_mode: str) -> dict:
     stages = FP8_STAGES[p_mode]
     return _entry(
         "fp8e4m3", d_qk, d_v, schedule, "lean_" if p_mode == "lean" else "",
         p_mode=p_mode,
         p_mode_default=p_mode == FP8_DEFAULT_P_MODE,
         p_shift=8,
-        rowsum=FP8_ROWSUM_METHODS[rowsum_method][1],
-        rowsum_method=rowsum_method,
+        rowsum="rounded",
         rescale_threshold=0.125,
-        shared_bytes=fp8_shared_bytes(d_qk, d_v, stages, rowsum_method),
+        shared_bytes=fp8_shared_bytes(d_qk, d_v, stages),
         stages=stages,
         seqlen_min=None,  # the one schedule serves every length
         seqlen_max=None,
@@ -249,8 +241,6 @@ def config_header(kernel: dict, *, pin_softmax: bool | None = None, desc_add: bo
         element = "E4m3"
         fields += [
             ("PMode", "kPMode", "PMode::kLean" if kernel["p_mode"] == "lean" else "PMode::kExact"),
-            ("Rowsum", "kRowsum", FP8_ROWSUM_METHODS[kernel["rowsum_method"]][0]),
-            ("int", "kOnesRows", FP8_ONES_ROWS if kernel["rowsum_method"] == "ones" else 0),
         ]
     fields.append(("int", "kDynamicSharedBytes", kernel["shared_bytes"] - RESERVED_SHARED))
     lines = [f"// {kernel['name']}: written by asmgen.sm90a.config_header from its manifest entry",

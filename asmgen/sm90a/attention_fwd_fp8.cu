@@ -43,10 +43,7 @@ struct Params {
   long long out_stride_h;
 };
 
-static_assert(Config::kDV == kTileN, "the P V product is one 64x136 accumulator: d_v must be 128");
-static_assert(!(Config::kPMode == PMode::kLean && Config::kRowsum == Rowsum::kFp32),
-              "lean P has no unrounded probabilities to sum");
-static_assert((Config::kOnesRows > 0) == (Config::kRowsum == Rowsum::kOnes), "ones rows are the ones row sums'");
+static_assert(Config::kDV == kTileN, "the P V product is one 64x128 accumulator: d_v must be 128");
 static_assert(Config::kDQk % Config::kMmaK == 0 && Config::kDQk <= 256, "d_qk must be a multiple of 32, at most 256");
 
 }  // namespace zyfa

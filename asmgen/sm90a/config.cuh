@@ -17,8 +17,6 @@
 //                                               // (softmax_bf16.cuh)
 //     // FP8:
 //     static constexpr PMode kPMode;            // exact or lean P (softmax_fp8.cuh)
-//     static constexpr Rowsum kRowsum;          // how l sums a tile's probabilities (mainloop_fp8.cuh)
-//     static constexpr int kOnesRows;           // rows of e4m3 ones after each V^T tile (Rowsum::kOnes: 8)
 //     static constexpr int kDynamicSharedBytes; // what the launch provides (checked against the layout)
 //   };
 #pragma once
@@ -50,14 +48,12 @@ struct Bf16 {
   static constexpr int kMmaK = 16;                // wgmma K for 16-bit operands
   static constexpr float kPShift = 0.0f;          // P as computed (p_shift 0)
   static constexpr bool kVTransposed = false;
-  static constexpr int kOnesRows = 0;
   static constexpr int tile_bytes(int cols) { return (cols + kBoxCols - 1) / kBoxCols * kBoxBytes; }  // 128 rows
   static constexpr int v_tile_bytes(int d_v) { return tile_bytes(d_v); }  // 128 keys x d_v
 };
 
 // FP8 e4m3 operands: boxes of 128 columns (128 bytes) by 128 rows; wgmma reads 8-bit shared-memory operands K-major
-// only, so V arrives transposed (V^T, keys contiguous, from the host's pre-pass). The Config adds kOnesRows: rows
-// of e4m3 ones after each V^T tile (8: the P V product's N = d_v + 8 gives the row sums; 0: none).
+// only, so V arrives transposed (V^T, keys contiguous, from the host's pre-pass).
 struct E4m3 {
   static constexpr int kBoxCols = 128;
   static constexpr int kBoxBytes = 128 * kBoxCols;
@@ -69,11 +65,8 @@ struct E4m3 {
   static constexpr int v_tile_bytes(int d_v) { return d_v * kAtomRowBytes; }  // V^T: d_v rows of 128 keys
 };
 
-// How the FP8 kernels write P (the manifest's p_mode, softmax_fp8.cuh) and sum l (mainloop_fp8.cuh): the ones
-// columns of the P V product (the rounded P, in the tensor core's truncating accumulator), the unrounded FP32 p
-// (FA3's way), or the rounded P from the packed fragments, in f16x2 (exact conversion, rounded additions) then FP32.
+// How the FP8 kernels write P (the manifest's p_mode, softmax_fp8.cuh).
 enum class PMode { kExact, kLean };
-enum class Rowsum { kOnes, kFp32, kF16 };
 
 // Consumer schedules. PingPong: named barriers make the two consumers take turns issuing their GEMMs, so one's
 // softmax hides under the other's MMA. Independent: each issues as soon as its inputs are ready.

@@ -10,8 +10,8 @@
 namespace zyfa {
 
 // The rows of consumer warpgroup `consumer`'s warp `warp`, lane `lane`. `out_scale()` is a factor on O / l (the
-// FP8 kernels' v_descale, loaded here: a register fewer through the key loop). The row sums are the quad's
-// partials, except with ones rows (C::kOnesRows), whose product columns give every lane its rows' whole sums.
+// FP8 kernels' v_descale, loaded here: a register fewer through the key loop). Each lane holds a quarter of its
+// rows' sums; the quad adds them.
 template <class C, class Params, class OutScale>
 __device__ __forceinline__ void store_tile(const Params& p, const Job& job, int tile, int consumer, int warp, int lane,
                                            const float (&o)[64], const RowState& rows, OutScale&& out_scale) {
@@ -19,7 +19,7 @@ __device__ __forceinline__ void store_tile(const Params& p, const Job& job, int 
   const int head_row = job.batch * p.heads + job.head;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const float inv_l = 1.0f / (C::kOnesRows ? rows.l[h] : quad_sum(rows.l[h]));
+    const float inv_l = 1.0f / quad_sum(rows.l[h]);
     const float scale = inv_l * out_scale();
     const int q = row + 8 * h;
     if (q >= p.seqlen) continue;

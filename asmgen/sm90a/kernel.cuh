@@ -23,18 +23,6 @@ __device__ void attention_fwd(const TensorMap* tq, const TensorMap* tk, const Te
   const Barriers bars{smem_u32(smem) + L::kBarriers};
   const int warpgroup = threadIdx.x / kThreadsPerWarpgroup;
 
-  if constexpr (C::kVTransposed) {
-    if constexpr (C::kOnesRows > 0) {
-      // The ones rows after every V^T slot, written once: TMA never writes there.
-      constexpr int kOnesWords = C::kOnesRows * kAtomRowBytes / 4;
-      constexpr uint32_t kE4m3OnesWord = 0x38383838u;  // four e4m3 1.0
-      for (int w = threadIdx.x; w < C::kStages * kOnesWords; w += kThreads) {
-        const int slot = w / kOnesWords;
-        reinterpret_cast<uint32_t*>(smem + L::kV + slot * L::kVBytes + L::kVDataBytes)[w % kOnesWords] = kE4m3OnesWord;
-      }
-    }
-    fence_proxy_async_shared();  // wgmma reads them through the async proxy
-  }
   if (threadIdx.x == 0) {
     tma_prefetch_map(tq);
     tma_prefetch_map(tk);

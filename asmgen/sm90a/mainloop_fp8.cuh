@@ -29,18 +29,14 @@ __device__ __forceinline__ void issue_qk_e4m3(float (&s)[64], uint32_t q_rows, u
   }
 }
 
-// acc = P V^T-tile, a fresh accumulator (N = 136 with the ones rows: columns 128..135 the row sums).
-template <class C, int ACC_REGS>
-__device__ __forceinline__ void issue_pv_e4m3(float (&acc)[ACC_REGS], const uint32_t (&pf)[16], uint32_t v_tile) {
+// acc = P V^T-tile, a fresh accumulator.
+template <class C>
+__device__ __forceinline__ void issue_pv_e4m3(float (&acc)[64], const uint32_t (&pf)[16], uint32_t v_tile) {
   const uint64_t v_desc = smem_desc_sw128(v_tile, 16, kAtomBytes);
 #pragma unroll
   for (int k = 0; k < kTileN / C::kMmaK; ++k) {
     const uint32_t a[4] = {pf[4 * k], pf[4 * k + 1], pf[4 * k + 2], pf[4 * k + 3]};
-    if constexpr (ACC_REGS == 68) {
-      wgmma_m64n136k32_rs_e4m3(acc, a, smem_desc_advance(v_desc, k * C::kMmaK), k > 0);
-    } else {
-      wgmma_m64n128k32_rs_e4m3(acc, a, smem_desc_advance(v_desc, k * C::kMmaK), k > 0);
-    }
+    wgmma_m64n128k32_rs_e4m3(acc, a, smem_desc_advance(v_desc, k * C::kMmaK), k > 0);
   }
 }
 
@@ -52,44 +48,29 @@ __device__ __forceinline__ void fence_acc(float (&d)[N]) {
 
 // The second level of the accumulation: O += acc and l += the tile's row sums, in FP32 registers. Every factor of
 // tile j's softmax applies to O and l before tile j's product is added, as in the model.
-// `sums`: the tile's row sums when they do not come from the ones columns.
-template <class C, int ACC_REGS>
-__device__ __forceinline__ void add_tile(float (&o)[64], RowState& st, const float (&acc)[ACC_REGS],
-                                         const float (&sums)[2]) {
+__device__ __forceinline__ void add_tile(float (&o)[64], RowState& st, const float (&acc)[64], const float (&sums)[2]) {
 #pragma unroll
   for (int r = 0; r < 64; ++r) o[r] += acc[r];
-  if constexpr (C::kRowsum == Rowsum::kOnes) {
-    st.l[0] += acc[ACC_REGS - 4];
-    st.l[1] += acc[ACC_REGS - 2];
-  } else {
-    st.l[0] += sums[0];
-    st.l[1] += sums[1];
-  }
+  st.l[0] += sums[0];
+  st.l[1] += sums[1];
 }
 
-// This lane's part of the row sums of a tile (unrounded p, or the packed e4m3 P); the quad's four parts are added
-// at the end of the query tile.
-template <class C>
-__device__ __forceinline__ void tile_sums(const float (&s)[64], const uint32_t (&pf)[16], float (&sums)[2]) {
-  if constexpr (C::kRowsum == Rowsum::kFp32) {
-    float part[2][4] = {};
+// This lane's part of the row sums of a tile: the rounded P from the packed e4m3 fragments, in f16x2 (exact
+// conversion, rounded additions) then FP32 (the ones columns of an N = 136 product lose the small probabilities of
+// a tile with an attention sink in the tensor core's 13-bit accumulator: docs/sm90a.md). The quad's four parts are
+// added at the end of the query tile.
+__device__ __forceinline__ void tile_sums(const uint32_t (&pf)[16], float (&sums)[2]) {
 #pragma unroll
-    for (int r = 0; r < 64; ++r) part[acc_half(r)][(r / 4) % 4] += s[r];
+  for (int h = 0; h < 2; ++h) {
+    uint32_t part[4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) sums[h] = (part[h][0] + part[h][1]) + (part[h][2] + part[h][3]);
-  } else if constexpr (C::kRowsum == Rowsum::kF16) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      uint32_t part[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {  // fragment registers 4k + h and 4k + h + 2 hold row half h
-        uint32_t a, b, c, d;
-        unpack_e4m3x4(pf[4 * k + h], a, b);
-        unpack_e4m3x4(pf[4 * k + h + 2], c, d);
-        part[k] = hadd2(hadd2(a, b), hadd2(c, d));
-      }
-      sums[h] = f16x2_sum(hadd2(part[0], part[1])) + f16x2_sum(hadd2(part[2], part[3]));
+    for (int k = 0; k < 4; ++k) {  // fragment registers 4k + h and 4k + h + 2 hold row half h
+      uint32_t a, b, c, d;
+      unpack_e4m3x4(pf[4 * k + h], a, b);
+      unpack_e4m3x4(pf[4 * k + h + 2], c, d);
+      part[k] = hadd2(hadd2(a, b), hadd2(c, d));
     }
+    sums[h] = f16x2_sum(hadd2(part[0], part[1])) + f16x2_sum(hadd2(part[2], part[3]));
   }
 }
 
@@ -105,7 +86,6 @@ __device__ __forceinline__ void rescale(float (&o)[64], RowState& st, const floa
 template <class C, class Params>
 __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, int consumer) {
   using L = SharedLayout<C>;
-  constexpr int kAccRegs = C::kRowsum == Rowsum::kOnes ? 68 : 64;  // a 64x136 (64x128) FP32 accumulator per thread
   const uint32_t base = smem_u32(smem);
   const int thread = threadIdx.x % kThreadsPerWarpgroup;
   const int warp = thread / 32;
@@ -119,9 +99,9 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   RingPos<C::kStages> prev;
   uint32_t q_parity = 0;
   RowState st;
-  float s[64], o[64], acc[kAccRegs];
+  float s[64], o[64], acc[64];
   uint32_t pf[16];
-  float sums[2] = {0.0f, 0.0f};  // row sums of the tile whose P V is in flight (not with the ones rows)
+  float sums[2] = {0.0f, 0.0f};  // row sums of the tile whose P V is in flight
 
   const ConsumerRing<C> smem_ring{base, lane};
 
@@ -156,7 +136,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         mask_diagonal(s, diag_row, lane);
       }
       probabilities<C>(s, st, c, factor, pf);  // m was unset: O and l are still 0, no factor needed
-      tile_sums<C>(s, pf, sums);
+      tile_sums(pf, sums);
       prev = ring;
       ring.advance();
 
@@ -174,7 +154,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         wgmma_wait<0>();  // both: the other consumer's GEMMs run under this one's softmax
         fence_acc(acc);
         smem_ring.release(bars.v_empty(prev.slot));
-        add_tile<C>(o, st, acc, sums);
+        add_tile(o, st, acc, sums);
         fence_regs(s);
         smem_ring.release(bars.k_empty(ring.slot));
         if constexpr (decltype(diagonal)::value) {
@@ -183,7 +163,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         }
         probabilities<C>(s, st, c, factor, pf);
         rescale(o, st, factor);
-        tile_sums<C>(s, pf, sums);
+        tile_sums(pf, sums);
         prev = ring;
         ring.advance();
       };
@@ -199,7 +179,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       wgmma_wait<0>();
       fence_acc(acc);
       smem_ring.release(bars.v_empty(prev.slot));
-      add_tile<C>(o, st, acc, sums);
+      add_tile(o, st, acc, sums);
 
       store_tile<C>(p, job, tile, consumer, warp, lane, o, st, [&] {
         return p.v_descale[job.batch * p.v_descale_stride_b + (job.head / group) * p.v_descale_stride_h];

@@ -15,8 +15,7 @@ struct SharedLayout {
   static constexpr int kQBoxes = (C::kDQk + C::kBoxCols - 1) / C::kBoxCols;  // TMA boxes of a Q (or K) tile
   static constexpr int kQBytes = C::tile_bytes(C::kDQk);  // a 128-row Q tile; a K tile has the same shape
   static constexpr int kKBytes = kQBytes;
-  static constexpr int kVDataBytes = C::v_tile_bytes(C::kDV);     // what TMA writes of a V (V^T) slot
-  static constexpr int kVBytes = kVDataBytes + C::kOnesRows * kAtomRowBytes;  // and the ones rows after it
+  static constexpr int kVBytes = C::v_tile_bytes(C::kDV);  // a V (FP8: V^T) slot
   static constexpr int kQ = 0;
   static constexpr int kK = kQ + kQBytes;
   static constexpr int kV = kK + C::kStages * kKBytes;

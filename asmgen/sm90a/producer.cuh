@@ -37,7 +37,7 @@ __device__ void produce(const TensorMap* tq, const TensorMap* tk, const TensorMa
         mbar_wait(bars.v_empty(ring.slot), ring.parity ^ 1);
         if constexpr (C::kVTransposed) {
           // V^T is (batch, heads_k, d_v, keys): one box of 128 keys by d_v rows; the ones rows after it stay.
-          mbar_arrive_expect_tx(bars.v_full(ring.slot), L::kVDataBytes);
+          mbar_arrive_expect_tx(bars.v_full(ring.slot), L::kVBytes);
           tma_load_4d(base + L::kV + ring.slot * L::kVBytes, tv, bars.v_full(ring.slot), kt * kTileN, 0, head_k,
                       job.batch);
         } else {

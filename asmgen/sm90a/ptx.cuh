@@ -165,11 +165,6 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs_bt(float (&d)[64], const uin
 
 // ---- FP8 (e4m3) wgmma ------------------------------------------------------------------------------------------
 
-#define ZYFA_ACC68 \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
-  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "  \
-  "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}"
-
 // D(64x128, f32) (+)= A(64x32) * B(32x128), e4m3 operands in shared memory, both K-major (FP8 wgmma has no other).
 __device__ __forceinline__ void wgmma_m64n128k32_ss_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
                                                          uint32_t accumulate) {
@@ -181,19 +176,6 @@ __device__ __forceinline__ void wgmma_m64n128k32_ss_e4m3(float (&d)[64], uint64_
       "}\n"
       : ZYFA_ACC64_OPS(d)
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
-// D(64x136, f32) (+)= A(64x32, e4m3 registers) * B(32x136, e4m3 shared memory, K-major).
-__device__ __forceinline__ void wgmma_m64n136k32_rs_e4m3(float (&d)[68], const uint32_t (&a)[4], uint64_t desc_b,
-                                                         uint32_t accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred acc;\n"
-      "setp.ne.b32 acc, %73, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 " ZYFA_ACC68 ", {%68, %69, %70, %71}, %72, acc, 1, 1;\n"
-      "}\n"
-      : ZYFA_ACC64_OPS(d), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
 // D(64x128, f32) (+)= A(64x32, e4m3 registers) * B(32x128, e4m3 shared memory, K-major).
@@ -209,10 +191,6 @@ __device__ __forceinline__ void wgmma_m64n128k32_rs_e4m3(float (&d)[64], const u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
-// Orders this thread's generic-proxy shared-memory writes before later async-proxy (wgmma, TMA) accesses.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
 
 // ---- arithmetic -------------------------------------------------------------------------------------------------
 

@@ -42,8 +42,6 @@ BF16_VARIANTS = {
     "stages3": ({"stages": STAGES + 1}, {}, ("bf16",)),  # a third K/V ring slot (fits at d = 128 only)
 }
 FP8_VARIANTS = {
-    "ones": ({"rowsum_method": "ones", "rowsum": "rounded"}, {}, ("exact", "lean")),  # l from P V's ones columns
-    "fp32sum": ({"rowsum_method": "fp32", "rowsum": "fp32"}, {}, ("exact",)),  # l of the unrounded p (FA3's way)
     "stages2": ({"stages": 2}, {}, ("exact",)),  # the K/V^T ring one slot shallower than shipped
     "stages3": ({"stages": 3}, {}, ("lean",)),  # one slot deeper
     "pingpong": ({"schedule": "pingpong"}, {}, ("exact", "lean")),  # ping-pong consumers (spills)
@@ -65,8 +63,7 @@ def build_variants(folder: Path, names=None, dtypes=None) -> list[dict]:
             entry = {**kernel, **changes, "name": f"{kernel['name']}_{suffix}",
                      "file": f"{kernel['name']}_{suffix}.cubin"}
             if kernel["dtype"] == "fp8e4m3":
-                entry["shared_bytes"] = fp8_shared_bytes(entry["d_qk"], entry["d_v"], entry["stages"],
-                                                         entry["rowsum_method"])
+                entry["shared_bytes"] = fp8_shared_bytes(entry["d_qk"], entry["d_v"], entry["stages"])
             else:
                 entry["shared_bytes"] = dynamic_shared_bytes(2, entry["d_qk"], entry["d_v"], entry["stages"]) + \
                     RESERVED_SHARED
