@@ -28,7 +28,7 @@ TARGET = "sm90a"
 TMA_BOX_BYTES = 128  # bytes per row of a TMA box: the widest the 128-byte swizzle allows (64 BF16, 128 e4m3)
 TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned global addresses and strides
 SWIZZLE = 128  # bytes: the 128-byte swizzle the kernels' shared-memory layout assumes
-VT_KEY_GROUP = 16  # FP8 V^T: keys permuted within groups of 16 (attention_fwd_fp8.cu, pack_p)
+VT_KEY_GROUP = 16  # FP8 V^T: keys permuted within groups of 16 (asmgen/sm90a/softmax_fp8.cuh, pack_p)
 DESCALES = ("q_descale", "k_descale", "v_descale")
 # Per-call arguments: fresh outputs each call; FP8 descales wherever the caller keeps them, each read at
 # batch * stride_b + head_k * stride_h (element strides; (0, 0) for a one-element descale).
