@@ -254,14 +254,22 @@ def config_header(kernel: dict, *, pin_softmax: bool | None = None, desc_add: bo
 def build(kernel: dict, path: Path, **variant) -> None:
     """Compile `kernel` into a cubin at `path` (`variant`: config_header's keywords). nvcc runs in a temporary folder
     on a copy of the sources and the generated config, so the object does not depend on the checkout's location."""
+    files = {src.name: src.read_text() for src in SOURCE_DIR.glob("*.cu*")}
+    files["kernel_config.cuh"] = config_header(kernel, **variant)
+    compile_cubin(kernel["name"], files, SOURCES[kernel["dtype"]], path)
+
+
+def compile_cubin(name: str, files: dict[str, str], source: str, path: Path, defines: tuple[str, ...] = ()) -> None:
+    """nvcc `source` (one of `files`, name -> text, written to a temporary folder so that the object does not depend
+    on the checkout's location) with the sm_90a flags and `defines` into a cubin at `path`; a warning (a spill) fails
+    unless env ZYFA_ALLOW_SPILLS is set."""
     with tempfile.TemporaryDirectory() as tmp:
-        for src in SOURCE_DIR.glob("*.cu*"):
-            shutil.copy(src, Path(tmp) / src.name)
-        (Path(tmp) / "kernel_config.cuh").write_text(config_header(kernel, **variant))
-        cmd = [nvcc(), *ARCH_FLAGS, *COMPILE_FLAGS, "-o", "kernel.cubin", SOURCES[kernel["dtype"]]]
+        for file, text in files.items():
+            (Path(tmp) / file).write_text(text)
+        cmd = [nvcc(), *ARCH_FLAGS, *COMPILE_FLAGS, *defines, "-o", "kernel.cubin", source]
         result = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
         if result.returncode != 0 or ("warning" in result.stderr.lower() and not os.environ.get("ZYFA_ALLOW_SPILLS")):
-            raise RuntimeError(f"nvcc failed for {kernel['name']}:\n{result.stderr}")
+            raise RuntimeError(f"nvcc failed for {name}:\n{result.stderr}")
         Path(path).write_bytes((Path(tmp) / "kernel.cubin").read_bytes())
 
 
@@ -297,9 +305,10 @@ def param_layout(path: Path) -> list[tuple[int, int]]:
     return [found[i] for i in sorted(found)]
 
 
-def inspect(kernel: dict, path: Path) -> dict:
+def inspect(kernel: dict, path: Path, static_shared: int = RESERVED_SHARED) -> dict:
     """Symbols and resources (registers, static shared memory, stack, local memory) from cuobjdump; fails when the
-    parameter offsets the cubin declares differ from the kernel's args."""
+    parameter offsets the cubin declares differ from the kernel's args, or its static shared memory from
+    `static_shared` (what the entry's shared_bytes assumes: the system's reservation for dynamic-memory kernels)."""
     declared = param_layout(path)
     expected = [(a["offset"], ARG_SIZE[a["type"]]) for a in kernel["args"]]
     if declared != expected:
@@ -315,7 +324,7 @@ def inspect(kernel: dict, path: Path) -> dict:
                 "static_shared_bytes": int(values["SHARED"]),
                 "local_bytes": int(values["LOCAL"]),
             }
-    if resources.get("static_shared_bytes") != RESERVED_SHARED:
+    if resources.get("static_shared_bytes") != static_shared:
         raise RuntimeError(f"{kernel['name']}: static shared memory {resources.get('static_shared_bytes')} is not the "
-                           f"{RESERVED_SHARED} bytes shared_bytes assumes")
+                           f"{static_shared} bytes shared_bytes assumes")
     return {"symbols": symbols, "resources": resources}

@@ -9,17 +9,15 @@ entry has a kind of its own ("transpose_v"): dispatch and the support matrix rea
 
 from __future__ import annotations
 
-import subprocess
-import tempfile
 from pathlib import Path
 
-from ..cuda_tools import nvcc
+from . import RESERVED_SHARED, _with_offsets, compile_cubin
+from . import inspect as inspect_cubin
 
 SOURCE = Path(__file__).resolve().parent / "transpose_v.cu"
 KIND = "transpose_v"
 TILE_KEYS = 128  # keys per CTA: a 16 KiB shared tile of 128 keys by 128 dims
 KEY_GROUP = 16  # keys permuted within groups of 16 (the FP8 kernels' P operand order)
-RESERVED_SHARED = 1024  # shared memory every sm_90 CTA reserves; cuobjdump counts it as static
 
 _PARAMS = [
     {"name": "v", "type": "ptr"},
@@ -33,7 +31,6 @@ _PARAMS = [
 
 
 def _kernel(d_v: int) -> dict:
-    from . import _with_offsets  # the parameter offsets nvcc gives sm_90 kernels
 
     name = f"sm90a_transpose_v_fp8_d{d_v}"
     return {
@@ -55,37 +52,12 @@ KERNELS: list[dict] = [_kernel(128)]
 
 
 def build(kernel: dict, path: Path) -> None:
-    """Compile transpose_v.cu for `kernel` into a cubin at `path` (in a temporary folder: location-independent)."""
-    from . import ARCH_FLAGS, COMPILE_FLAGS
-
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / SOURCE.name).write_bytes(SOURCE.read_bytes())
-        config = [f"-DZYFA_KERNEL={kernel['symbol']}", f"-DZYFA_D_V={kernel['d_v']}",
-                  f"-DZYFA_TILE_KEYS={kernel['tile_keys']}"]
-        cmd = [nvcc(), *ARCH_FLAGS, *COMPILE_FLAGS, *config, "-o", "kernel.cubin", SOURCE.name]
-        result = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
-        if result.returncode != 0 or "warning" in result.stderr.lower():
-            raise RuntimeError(f"nvcc failed for {kernel['name']}:\n{result.stderr}")
-        Path(path).write_bytes((Path(tmp) / "kernel.cubin").read_bytes())
+    """Compile transpose_v.cu for `kernel` into a cubin at `path`."""
+    defines = (f"-DZYFA_KERNEL={kernel['symbol']}", f"-DZYFA_D_V={kernel['d_v']}",
+               f"-DZYFA_TILE_KEYS={kernel['tile_keys']}")
+    compile_cubin(kernel["name"], {SOURCE.name: SOURCE.read_text()}, SOURCE.name, path, defines)
 
 
 def inspect(kernel: dict, path: Path) -> dict:
-    """Symbols and resources from cuobjdump; fails when the cubin's parameter offsets differ from the entry's args
-    or its static shared memory from shared_bytes."""
-    from . import _FUNCTION, ARG_SIZE, _run_cuobjdump, param_layout
-
-    declared = param_layout(path)
-    expected = [(a["offset"], ARG_SIZE[a["type"]]) for a in kernel["args"]]
-    if declared != expected:
-        raise RuntimeError(f"{kernel['name']}: parameter (offset, size) in the cubin {declared} != args {expected}")
-    symbols, resources = [], {}
-    for name, fields in _FUNCTION.findall(_run_cuobjdump("--dump-resource-usage", str(path))):
-        symbols.append(name)
-        if name == kernel["symbol"]:
-            values = dict(item.split(":", 1) for item in fields.split())
-            resources = {"registers": int(values["REG"]), "stack_bytes": int(values["STACK"]),
-                         "static_shared_bytes": int(values["SHARED"]), "local_bytes": int(values["LOCAL"])}
-    if resources.get("static_shared_bytes") != kernel["shared_bytes"]:
-        raise RuntimeError(f"{kernel['name']}: static shared memory {resources.get('static_shared_bytes')} is not "
-                           f"the {kernel['shared_bytes']} bytes of shared_bytes")
-    return {"symbols": symbols, "resources": resources}
+    """Symbols and resources from cuobjdump (asmgen.sm90a.inspect); the kernel's shared memory is all static."""
+    return inspect_cubin(kernel, path, static_shared=kernel["shared_bytes"])
