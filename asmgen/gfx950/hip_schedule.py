@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import hazards
+from . import hazards, schedule
 from .schedule import ISSUE_CYCLES, MATRIX_CYCLES_PER_PASS, TRANS_CYCLES, VALU_CYCLES
 
 KEYS_PER_TILE = 64
@@ -43,21 +43,14 @@ CATEGORIES = ("mfma", "exp", "valu", "lds", "lds_wait", "vmem", "barrier", "scal
 
 
 def _category(mnemonic: str, line: str) -> str:
-    if mnemonic in hazards.MFMA_PASSES:
-        return "mfma"
-    if mnemonic in hazards.TRANS_OPS:
-        return "exp"
-    if mnemonic.startswith("v_"):
-        return "valu"
-    if mnemonic.startswith("ds_"):
-        return "lds"
-    if mnemonic.startswith(("buffer_", "global_")):
-        return "vmem"
+    """The assembly kernels' instruction kinds (schedule._kind; its "trans" is "exp" here), plus the LDS waits and
+    barriers that stage the HIP kernels' pipelines."""
     if mnemonic == "s_waitcnt" and "lgkmcnt" in line:
         return "lds_wait"
     if mnemonic == "s_barrier":
         return "barrier"
-    return "nop" if mnemonic == "s_nop" else "scalar"
+    kind = schedule._kind(mnemonic)
+    return "exp" if kind == "trans" else kind
 
 
 def _cycles(category: str, mnemonic: str) -> tuple[int, int]:
