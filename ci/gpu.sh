@@ -95,10 +95,11 @@ for stage in "${stages[@]}"; do
     exp2)
       "$PY" -m ci.gpu_exp2_poly --out "$OUT"
       ;;
-    profile)  # Nsight Compute counters and per-instruction stall samples of ours and cuDNN's kernel (PROFILE_ARGS)
+    profile)  # Nsight Compute counters and per-instruction stall samples of ours and the peers' kernels (PROFILE_ARGS)
       # shellcheck disable=SC2086
       ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | tail -1)
-      "$ncu" --clock-control none -f -o "$OUT/profile" -k 'regex:zyfa|sdpa|fmha|fprop' \
+      "$ncu" --clock-control none -f -o "$OUT/profile" --kernel-name-base demangled \
+        -k 'regex:zyfa|sdpa|fmha|fprop|FlashAttnFwd' \
         --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
         --section InstructionStats --section SourceCounters "$PY" -m ci.profile_sm90a ${PROFILE_ARGS:-}
       "$ncu" -i "$OUT/profile.ncu-rep" > "$OUT/profile.txt"

@@ -1,9 +1,11 @@
-"""The launches `ci/gpu.sh profile` records with Nsight Compute: ZYFA's BF16 kernel at a short and a long sequence
-length, and cuDNN's SDPA at the long one, one call each on the benchmark's inputs (zyfa_tools.bench.protocol:
-Gaussian, std 0.1, causal, batch 1, max(32, 262144/S) heads, (batch, seqlen, heads, dim)). Not a benchmark: ncu
-replays each kernel to read the counters.
+"""The launches `ci/gpu.sh profile` records with Nsight Compute: one call of each contender of the benchmark
+(zyfa_tools.bench: ZYFA through the public call and, launched directly, its kernels of the other consumer schedule,
+FA3, cuDNN) per configuration, on the benchmark's inputs (Gaussian, std 0.1, causal, batch 1, max(32, 262144/S)
+heads). Not a benchmark: ncu replays each kernel to read the counters; profile ours beside a peer's kernel to see
+where the two spend their cycles.
 
-    ncu [options] python -m ci.profile_sm90a [--seqlens 2048 16384] [--d-qk 128] [--cudnn-seqlen 16384]
+    ncu [options] python -m ci.profile_sm90a [--dtypes bf16 fp8] [--seqlens 2048 8192] [--d-qk 128]
+        [--contenders zyfa fa3 sdpa-cudnn cudnn-fp8]
 """
 
 from __future__ import annotations
@@ -12,28 +14,31 @@ import argparse
 import sys
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import zyfa
+from zyfa_tools.bench.contenders import prepare_all
 from zyfa_tools.bench.protocol import Config, heads_for, make_inputs
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dtypes", nargs="+", choices=("bf16", "fp8"), default=["bf16"])
     ap.add_argument("--seqlens", type=int, nargs="+", default=[2048, 16384])
     ap.add_argument("--d-qk", type=int, default=128)
-    ap.add_argument("--cudnn-seqlen", type=int, default=16384)
+    ap.add_argument("--contenders", nargs="+", default=["zyfa", "sdpa-cudnn"],
+                    help="benchmark contender names (python -m zyfa_tools.bench --help); ZYFA's kernels of the "
+                         "other schedule come with zyfa")
     args = ap.parse_args()
-    for seqlen in args.seqlens:
-        heads = heads_for(seqlen)
-        x = make_inputs(Config("bf16", args.d_qk, 128, seqlen, heads, heads), torch.device("cuda"))
-        zyfa.flash_attn_func(x.q, x.k, x.v, causal=True)
-        torch.cuda.synchronize()
-        if seqlen == args.cudnn_seqlen:
-            q, k, v = (t.transpose(1, 2) for t in (x.q, x.k, x.v))  # SDPA's (batch, heads, seqlen, dim) views
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    device = torch.device("cuda")
+    for dtype in args.dtypes:
+        for seqlen in args.seqlens:
+            heads = heads_for(seqlen)
+            config = Config(dtype, args.d_qk, 128, seqlen, heads, heads)
+            ready, skipped = prepare_all(config, make_inputs(config, device), device, only=args.contenders)
             torch.cuda.synchronize()
+            for contender in ready:  # prepare_all made each one's first call: the launch ncu records
+                print(f"{dtype} S={seqlen}: {contender.name} ({contender.note})", file=sys.stderr)
+            for skip in skipped:
+                print(f"{dtype} S={seqlen}: {skip.name} skipped: {skip.reason}", file=sys.stderr)
     return 0
 
 
