@@ -198,11 +198,16 @@ FP8_KERNELS: list[dict] = [_fp8_kernel(d_qk, 128, schedule, p_mode) for p_mode i
 KERNELS: list[dict] = BF16_KERNELS + FP8_KERNELS
 
 
-# Schedules whose kernels hold the softmax ahead of the P V wait (kPinSoftmax, softmax_bf16.cuh) and advance wgmma
-# descriptors from a tile's base by one add (kDescAdd, mainloop_bf16.cuh). Measured on the H200 (docs/sm90a.md, "Pinning
-# the softmax"): +0-4% for the independent consumers at S = 8K-32K, d = 128; in ping-pong, where the other
-# consumer's GEMMs already cover the softmax, -1% to +3% there and -5% to -8% at 2K.
+# Schedules whose kernels hold the softmax ahead of the P V wait (kPinSoftmax, softmax_bf16.cuh). Measured on the H200
+# (docs/sm90a.md, "Pinning the softmax"): +0-4% for the independent consumers at S = 8K-32K, d = 128; in ping-pong,
+# where the other consumer's GEMMs already cover the softmax, -1% to +3% there and -5% to -8% at 2K.
 PINNED_SCHEDULES = ("independent",)
+# Kernels (dtype, d_qk, schedule) whose warpgroup index is not broadcast (kBroadcastIndex false, kernel.cuh). The
+# broadcast puts the consumers' wgmma descriptors in uniform registers (R2UR per kernel 151 -> 13 in the d = 128
+# ping-pong kernel); measured on the H200 against the same kernels without it (docs/sm90a.md, "FA3's loop, held
+# against ours"): +1-2% for the ping-pong kernels, +3-11% for the d_qk = 192 independent one, +0-2% for FP8, and
+# -3% for the d = 128 independent one, whose schedule ptxas then orders worse.
+SCATTERED_INDEX_KERNELS = {("bf16", 128, "independent")}
 # Kernels (d_qk, schedule) whose tile row maxima skip their quad reductions when a warp vote finds no partial maximum
 # above m + tau (kVoteMax; the results are bitwise the same). Measured on the H200 (docs/sm90a.md, "Voting on the row
 # maxima"), means of three runs for the d = 128 independent kernel: +1-3% from S = 16K, +1% at 8K, -1% to -2% at 4K;
@@ -215,16 +220,19 @@ def _cxx_bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def config_header(kernel: dict, *, pin_softmax: bool | None = None, desc_add: bool | None = None,
-                  vote_max: bool | None = None) -> str:
+def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bool | None = None,
+                  broadcast_index: bool | None = None) -> str:
     """kernel_config.cuh of one kernel: its symbol and zyfa::Config (config.cuh), from its manifest entry and the
-    measured choices above. The keywords are BF16 choices a measurement variant makes differently
-    (asmgen/sm90a/experiments; default: PINNED_SCHEDULES and VOTE_MAX_KERNELS)."""
+    measured choices above. The keywords are choices a measurement variant makes differently
+    (asmgen/sm90a/experiments; default: PINNED_SCHEDULES, VOTE_MAX_KERNELS and SCATTERED_INDEX_KERNELS;
+    pin_softmax and vote_max are BF16 choices)."""
+    broadcasts = (kernel["dtype"], kernel["d_qk"], kernel["schedule"]) not in SCATTERED_INDEX_KERNELS
     fields = [
         ("int", "kDQk", kernel["d_qk"]),
         ("int", "kDV", kernel["d_v"]),
         ("int", "kStages", kernel["stages"]),
         ("float", "kTau", f"{float(kernel['rescale_threshold'])!r}f"),
+        ("bool", "kBroadcastIndex", _cxx_bool(broadcasts if broadcast_index is None else broadcast_index)),
     ]
     if kernel["dtype"] == "bf16":
         element = "Bf16"
@@ -232,12 +240,11 @@ def config_header(kernel: dict, *, pin_softmax: bool | None = None, desc_add: bo
         votes = (kernel["d_qk"], kernel["schedule"]) in VOTE_MAX_KERNELS
         fields += [
             ("bool", "kPinSoftmax", _cxx_bool(pinned if pin_softmax is None else pin_softmax)),
-            ("bool", "kDescAdd", _cxx_bool(pinned if desc_add is None else desc_add)),
             ("bool", "kVoteMax", _cxx_bool(votes if vote_max is None else vote_max)),
         ]
     else:
-        if (pin_softmax, desc_add, vote_max) != (None, None, None):
-            raise ValueError(f"{kernel['name']}: pin_softmax, desc_add and vote_max are BF16 choices")
+        if (pin_softmax, vote_max) != (None, None):
+            raise ValueError(f"{kernel['name']}: pin_softmax and vote_max are BF16 choices")
         element = "E4m3"
         fields += [
             ("PMode", "kPMode", "PMode::kLean" if kernel["p_mode"] == "lean" else "PMode::kExact"),

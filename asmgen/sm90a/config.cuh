@@ -10,9 +10,9 @@
 //     static constexpr int kStages;             // depth of the K/V ring
 //     static constexpr float kTau;              // rescale threshold of the lazy row maximum, base-2 units
 //     using Schedule = PingPong | Independent;  // how the two consumers issue their GEMMs
+//     static constexpr bool kBroadcastIndex;    // the warpgroup index known warp-uniform to ptxas (kernel.cuh)
 //     // BF16:
 //     static constexpr bool kPinSoftmax;        // the softmax held ahead of the P V wait (softmax_bf16.cuh)
-//     static constexpr bool kDescAdd;           // wgmma descriptors advanced by one add (mainloop_bf16.cuh)
 //     static constexpr bool kVoteMax;           // the row maxima's quad reductions behind a warp vote
 //                                               // (softmax_bf16.cuh)
 //     // FP8:
@@ -82,6 +82,10 @@ struct Independent {
 template <class Schedule>
 struct Turns {
   uint32_t mine, other;
+  bool first;  // the consumer whose turn comes first in every step (consumer 0)
+  // Whether this consumer waits for a step's K and V itself: under PingPong only the first does, and its partner,
+  // which issues only after the first's turn, finds them loaded (fewer barrier polls on the way to the GEMMs).
+  __device__ bool leads() const { return !Schedule::kTurns || first; }
   __device__ void acquire() const {
     if constexpr (Schedule::kTurns) named_barrier_sync(mine, 2 * kThreadsPerWarpgroup);
   }

@@ -16,10 +16,9 @@
 
 namespace zyfa {
 
-// S (64x128) = Q K^T for this consumer's rows. C::kDescAdd: each wgmma's descriptors are a tile's base descriptor
-// plus the step's offset (one 32-bit add, smem_desc_advance) rather than encoded from the address (about five
-// integer instructions and an R2UR more per wgmma, on the GEMM-issue path that the other consumer waits behind
-// under ping-pong).
+// S (64x128) = Q K^T for this consumer's rows. Each wgmma's descriptors are a tile's base descriptor plus the
+// step's offset (one 32-bit add, smem_desc_advance) rather than encoded from the address (about five integer
+// instructions more per wgmma, on the GEMM-issue path that the other consumer waits behind under ping-pong).
 template <class C>
 __device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_rows, uint32_t k_tile) {
   const uint64_t q_desc = smem_desc_sw128(q_rows, 16, kAtomBytes);
@@ -28,12 +27,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_rows, uint32
   for (int k = 0; k < C::kDQk / C::kMmaK; ++k) {
     // K step k lies in box k/4, at byte 32*(k%4) of each swizzled 128-byte row.
     const uint32_t offset = (k / 4) * C::kBoxBytes + (k % 4) * (C::kMmaK * 2);
-    if constexpr (C::kDescAdd) {
-      wgmma_m64n128k16_ss(s, smem_desc_advance(q_desc, offset), smem_desc_advance(k_desc, offset), k > 0);
-    } else {
-      wgmma_m64n128k16_ss(s, smem_desc_sw128(q_rows + offset, 16, kAtomBytes),
-                          smem_desc_sw128(k_tile + offset, 16, kAtomBytes), k > 0);
-    }
+    wgmma_m64n128k16_ss(s, smem_desc_advance(q_desc, offset), smem_desc_advance(k_desc, offset), k > 0);
   }
 }
 
@@ -45,11 +39,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pf)[32
   for (int k = 0; k < kTileN / C::kMmaK; ++k) {
     const uint32_t a[4] = {pf[4 * k], pf[4 * k + 1], pf[4 * k + 2], pf[4 * k + 3]};
     // 16 keys = 16 rows of 128 bytes; the next 64 columns of V are the next box.
-    if constexpr (C::kDescAdd) {
-      wgmma_m64n128k16_rs_bt(o, a, smem_desc_advance(v_desc, k * C::kMmaK * kAtomRowBytes));
-    } else {
-      wgmma_m64n128k16_rs_bt(o, a, smem_desc_sw128(v_tile + k * C::kMmaK * kAtomRowBytes, C::kBoxBytes, kAtomBytes));
-    }
+    wgmma_m64n128k16_rs_bt(o, a, smem_desc_advance(v_desc, k * C::kMmaK * kAtomRowBytes));
   }
 }
 
@@ -67,7 +57,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   const int lane = threadIdx.x % 32;
   const float scale_log2 = p.scale_log2;
   const uint32_t q_rows = base + L::kQ + consumer * kRowsPerConsumer * kAtomRowBytes;  // this consumer's rows
-  const Turns<typename C::Schedule> turn{kPingBarrier + consumer, kPingBarrier + (consumer ^ 1)};
+  const Turns<typename C::Schedule> turn{kPingBarrier + consumer, kPingBarrier + (consumer ^ 1), consumer == 0};
   if (consumer == 1) turn.release();  // the first consumer goes first
 
   RingPos<C::kStages> ring;
@@ -112,8 +102,10 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
 
       // One key tile after the first: S of this tile and P V of the previous one in flight together.
       auto step = [&](auto diagonal) {
-        mbar_wait(bars.k_full(ring.slot), ring.parity);
-        mbar_wait(bars.v_full(prev.slot), prev.parity);
+        if (turn.leads()) {
+          mbar_wait(bars.k_full(ring.slot), ring.parity);
+          mbar_wait(bars.v_full(prev.slot), prev.parity);
+        }
         turn.acquire();
         wgmma_fence();
         issue_qk<C>(s, q_rows, smem_ring.k_tile(ring));

@@ -92,7 +92,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   const int lane = threadIdx.x % 32;
   const int group = p.heads / p.heads_k;
   const uint32_t q_rows = base + L::kQ + consumer * kRowsPerConsumer * kAtomRowBytes;
-  const Turns<typename C::Schedule> turn{kPingBarrier + consumer, kPingBarrier + (consumer ^ 1)};
+  const Turns<typename C::Schedule> turn{kPingBarrier + consumer, kPingBarrier + (consumer ^ 1), consumer == 0};
   if (consumer == 1) turn.release();
 
   RingPos<C::kStages> ring;

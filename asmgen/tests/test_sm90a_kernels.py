@@ -38,10 +38,22 @@ def test_shipped_kernels_take_the_measured_choices():
     for entry in sm90a.BF16_KERNELS:
         config = config_of(entry)
         pinned = entry["schedule"] in sm90a.PINNED_SCHEDULES
-        assert config["kPinSoftmax"] == config["kDescAdd"] == ("true" if pinned else "false")
+        assert config["kPinSoftmax"] == ("true" if pinned else "false")
         votes = (entry["d_qk"], entry["schedule"]) in sm90a.VOTE_MAX_KERNELS
         assert config["kVoteMax"] == ("true" if votes else "false")
         assert (count(sass.instructions(sass.OBJECTS / entry["file"]), "VOTE.ANY") > 0) == votes
+
+
+def test_broadcast_index_puts_the_descriptors_in_uniform_registers():
+    # with the warpgroup index broadcast, ptxas keeps the wgmma descriptors in uniform registers: fewer R2UR than
+    # wgmma instructions in the whole kernel, against more than one per wgmma without it
+    for entry in sm90a.KERNELS:
+        config = config_of(entry)
+        broadcasts = (entry["dtype"], entry["d_qk"], entry["schedule"]) not in sm90a.SCATTERED_INDEX_KERNELS
+        assert config["kBroadcastIndex"] == ("true" if broadcasts else "false")
+        code = sass.instructions(sass.OBJECTS / entry["file"])
+        gemms = sum("GMMA" in c for c in code)
+        assert (count(code, "R2UR") < gemms) == broadcasts, entry["name"]
 
 
 def test_report_shows_the_pinned_softmax_of_the_shipped_kernels():

@@ -34,17 +34,21 @@ from .. import (
 
 # name -> (manifest changes, build keywords, the p_modes of the shipped kernels it is built from), per element type
 BF16_VARIANTS = {
-    "unpinned": ({}, {"pin_softmax": False, "desc_add": False}, ("bf16",)),  # softmax left to ptxas (independent)
-    "pin_desc": ({}, {"pin_softmax": True, "desc_add": True}, ("bf16",)),  # pinned, descriptors by one add (ping-pong)
+    "unpinned": ({}, {"pin_softmax": False}, ("bf16",)),  # softmax left to ptxas (independent)
+    "pinned": ({}, {"pin_softmax": True}, ("bf16",)),  # softmax held ahead of the P V wait (ping-pong)
     # the warp vote on the row maxima: bitwise the same results, which the GPU check then requires
     "vote": ({"same_results_as_shipped": True}, {"vote_max": True}, ("bf16",)),
     "no_vote": ({"same_results_as_shipped": True}, {"vote_max": False}, ("bf16",)),
     "stages3": ({"stages": STAGES + 1}, {}, ("bf16",)),  # a third K/V ring slot (fits at d = 128 only)
+    # the warpgroup index broadcast (uniform descriptors) or not, against the shipped choice
+    "broadcast": ({"same_results_as_shipped": True}, {"broadcast_index": True}, ("bf16",)),
+    "scattered": ({"same_results_as_shipped": True}, {"broadcast_index": False}, ("bf16",)),
 }
 FP8_VARIANTS = {
     "stages2": ({"stages": 2}, {}, ("exact",)),  # the K/V^T ring one slot shallower than shipped
     "stages3": ({"stages": 3}, {}, ("lean",)),  # one slot deeper
     "pingpong": ({"schedule": "pingpong"}, {}, ("exact", "lean")),  # ping-pong consumers (spills)
+    "scattered": ({}, {"broadcast_index": False}, ("exact", "lean")),  # the warpgroup index not broadcast
 }
 
 
