@@ -18,6 +18,7 @@ SOURCE = Path(__file__).resolve().parent / "transpose_v.cu"
 KIND = "transpose_v"
 TILE_KEYS = 128  # keys per CTA: a 16 KiB shared tile of 128 keys by 128 dims
 KEY_GROUP = 16  # keys permuted within groups of 16 (the FP8 kernels' P operand order)
+THREADS = 256  # eight warps, each storing 4 dim quads of the tile's 8 key groups (transpose_v.cu)
 
 _PARAMS = [
     {"name": "v", "type": "ptr"},
@@ -42,7 +43,7 @@ def _kernel(d_v: int) -> dict:
         "d_v": d_v,
         "tile_keys": TILE_KEYS,
         "key_group": KEY_GROUP,
-        "threads": TILE_KEYS // KEY_GROUP * 32,
+        "threads": THREADS,
         "shared_bytes": TILE_KEYS * d_v + RESERVED_SHARED,  # the static tile, no dynamic shared memory
         "args": _with_offsets(_PARAMS),
     }
