@@ -142,8 +142,10 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
 
       // One key tile after the first: S of this tile and P V of the previous one in flight together.
       auto step = [&](auto diagonal) {
-        mbar_wait(bars.k_full(ring.slot), ring.parity);
-        mbar_wait(bars.v_full(prev.slot), prev.parity);
+        if (turn.leads()) {
+          mbar_wait(bars.k_full(ring.slot), ring.parity);
+          mbar_wait(bars.v_full(prev.slot), prev.parity);
+        }
         turn.acquire();
         wgmma_fence();
         issue_qk_e4m3<C>(s, q_rows, smem_ring.k_tile(ring));
