@@ -3,7 +3,7 @@
     python -m asmgen.sm90a.experiments DIR [--only NAME ...] [--dtype bf16|fp8e4m3 ...]
 
 Each variant is a shipped kernel with one choice of its Config changed (a manifest field, or a config_header
-keyword: BF16 only); DIR gets the cubins and a manifest that the benchmarks (python -m zyfa_tools.bench, python -m
+keyword); DIR gets the cubins and a manifest that the benchmarks (python -m zyfa_tools.bench, python -m
 benchmarks.sm90a_fp8 --variants DIR) and `measure.py --variants DIR` here (the shipped FP8 kernels, the variants and
 FA3 FP8 in one run: accuracy against the model and float64, then speed) time and check against the model like the
 shipped kernels. A variant equal to its shipped kernel is left out, and so is one that does not fit the registers
