@@ -1,4 +1,4 @@
-"""The ratio-to-cuDNN chart (python -m benchmarks.plot_sm90a) on CPU, from synthetic runs in both formats it reads:
+"""The ratio chart (python -m benchmarks.plot_sm90a) on CPU, from synthetic runs in both formats it reads:
 zyfa_tools.bench's bench.json (a row per contender) and the earlier bench_sm90a.json (a row per configuration)."""
 
 from __future__ import annotations
@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from benchmarks import plot_sm90a as plot
 
@@ -41,6 +43,16 @@ def test_ratios_select_the_configuration_and_sort_by_length():
         assert plot.ratios(report, 128, 128, gqa=True) == [(2048, 1.05)]
         assert plot.ratios(report, 192, 128, gqa=False) == [(2048, 1.25)]
     assert plot.device_name(BENCH) == plot.device_name(REPORT) == "NVIDIA H200"
+
+
+def test_ratios_against_another_peer_and_dtype():
+    rows = [{**r, "contender": "fa3", "tflops": r["tflops"] * 2} for r in BENCH["rows"] if r["contender"] == "zyfa"]
+    report = {**BENCH, "rows": BENCH["rows"] + rows}
+    assert plot.ratios(report, 128, 128, gqa=False, peer="fa3") == [(2048, 0.5), (8192, 0.5)]
+    assert plot.ratios(report, 128, 128, gqa=False, dtype="fp8", peer="fa3") == [(8192, 0.5)]
+    assert plot.ratios(report, 128, 128, gqa=False, dtype="fp8") == [(8192, 1.1)]
+    with pytest.raises(ValueError, match="BF16 against cuDNN only"):
+        plot.ratios(REPORT, 128, 128, gqa=False, peer="fa3")
 
 
 def test_writes_the_chart(tmp_path):
