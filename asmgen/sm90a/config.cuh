@@ -92,6 +92,15 @@ struct Turns {
   __device__ void release() const {
     if constexpr (Schedule::kTurns) named_barrier_arrive(other, 2 * kThreadsPerWarpgroup);
   }
+  // Issues this consumer's GEMMs in its turn: `gemms` (wgmma instructions and their commits) after the register
+  // fence that orders them behind the accumulators' last writes.
+  template <class Gemms>
+  __device__ __forceinline__ void issue(Gemms&& gemms) const {
+    acquire();
+    wgmma_fence();
+    gemms();
+    release();
+  }
 };
 
 }  // namespace zyfa

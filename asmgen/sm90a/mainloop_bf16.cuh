@@ -83,11 +83,10 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
 
       // Key tile 0: QK^T alone (no P V before it).
       mbar_wait(bars.k_full(ring.slot), ring.parity);
-      turn.acquire();
-      wgmma_fence();
-      issue_qk<C>(s, q_rows, smem_ring.k_tile(ring));
-      wgmma_commit();
-      turn.release();
+      turn.issue([&] {
+        issue_qk<C>(s, q_rows, smem_ring.k_tile(ring));
+        wgmma_commit();
+      });
       wgmma_wait<0>();
       fence_regs(s);
       smem_ring.release(bars.k_empty(ring.slot));
@@ -106,13 +105,12 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
           mbar_wait(bars.k_full(ring.slot), ring.parity);
           mbar_wait(bars.v_full(prev.slot), prev.parity);
         }
-        turn.acquire();
-        wgmma_fence();
-        issue_qk<C>(s, q_rows, smem_ring.k_tile(ring));
-        wgmma_commit();
-        issue_pv<C>(o, pf, smem_ring.v_tile(prev));
-        wgmma_commit();
-        turn.release();
+        turn.issue([&] {
+          issue_qk<C>(s, q_rows, smem_ring.k_tile(ring));
+          wgmma_commit();
+          issue_pv<C>(o, pf, smem_ring.v_tile(prev));
+          wgmma_commit();
+        });
         wgmma_wait<1>();  // S of this tile is ready; P V of the previous one may still run
         fence_regs(s);
         if constexpr (!C::kPinSoftmax) smem_ring.release(bars.k_empty(ring.slot));
@@ -136,11 +134,10 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
 
       // P V of the last key tile.
       mbar_wait(bars.v_full(prev.slot), prev.parity);
-      turn.acquire();
-      wgmma_fence();
-      issue_pv<C>(o, pf, smem_ring.v_tile(prev));
-      wgmma_commit();
-      turn.release();
+      turn.issue([&] {
+        issue_pv<C>(o, pf, smem_ring.v_tile(prev));
+        wgmma_commit();
+      });
       wgmma_wait<0>();
       fence_regs(o);
       smem_ring.release(bars.v_empty(prev.slot));

@@ -123,11 +123,10 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
 
       // Key tile 0: QK^T alone.
       mbar_wait(bars.k_full(ring.slot), ring.parity);
-      turn.acquire();
-      wgmma_fence();
-      issue_qk_e4m3<C>(s, q_rows, smem_ring.k_tile(ring));
-      wgmma_commit();
-      turn.release();
+      turn.issue([&] {
+        issue_qk_e4m3<C>(s, q_rows, smem_ring.k_tile(ring));
+        wgmma_commit();
+      });
       wgmma_wait<0>();
       fence_regs(s);
       smem_ring.release(bars.k_empty(ring.slot));
@@ -146,13 +145,12 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
           mbar_wait(bars.k_full(ring.slot), ring.parity);
           mbar_wait(bars.v_full(prev.slot), prev.parity);
         }
-        turn.acquire();
-        wgmma_fence();
-        issue_qk_e4m3<C>(s, q_rows, smem_ring.k_tile(ring));
-        wgmma_commit();
-        issue_pv_e4m3<C>(acc, pf, smem_ring.v_tile(prev));
-        wgmma_commit();
-        turn.release();
+        turn.issue([&] {
+          issue_qk_e4m3<C>(s, q_rows, smem_ring.k_tile(ring));
+          wgmma_commit();
+          issue_pv_e4m3<C>(acc, pf, smem_ring.v_tile(prev));
+          wgmma_commit();
+        });
         wgmma_wait<0>();  // both: the other consumer's GEMMs run under this one's softmax
         fence_acc(acc);
         smem_ring.release(bars.v_empty(prev.slot));
@@ -173,11 +171,10 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       if (tile > 0) step(std::true_type{});
       // The last tile's P V.
       mbar_wait(bars.v_full(prev.slot), prev.parity);
-      turn.acquire();
-      wgmma_fence();
-      issue_pv_e4m3<C>(acc, pf, smem_ring.v_tile(prev));
-      wgmma_commit();
-      turn.release();
+      turn.issue([&] {
+        issue_pv_e4m3<C>(acc, pf, smem_ring.v_tile(prev));
+        wgmma_commit();
+      });
       wgmma_wait<0>();
       fence_acc(acc);
       smem_ring.release(bars.v_empty(prev.slot));
