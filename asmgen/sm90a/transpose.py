@@ -55,7 +55,7 @@ KERNELS: list[dict] = [_kernel(128)]
 def build(kernel: dict, path: Path) -> None:
     """Compile transpose_v.cu for `kernel` into a cubin at `path`."""
     defines = (f"-DZYFA_KERNEL={kernel['symbol']}", f"-DZYFA_D_V={kernel['d_v']}",
-               f"-DZYFA_TILE_KEYS={kernel['tile_keys']}")
+               f"-DZYFA_TILE_KEYS={kernel['tile_keys']}", f"-DZYFA_THREADS={kernel['threads']}")
     compile_cubin(kernel["name"], {SOURCE.name: SOURCE.read_text()}, SOURCE.name, path, defines)
 
 

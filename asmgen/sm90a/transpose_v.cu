@@ -22,13 +22,16 @@
 #ifndef ZYFA_TILE_KEYS
 #define ZYFA_TILE_KEYS 128
 #endif
+#ifndef ZYFA_THREADS
+#define ZYFA_THREADS 256
+#endif
 
 constexpr int kDims = ZYFA_D_V;
 constexpr int kTileKeys = ZYFA_TILE_KEYS;
 constexpr int kGroup = 16;                         // keys permuted within groups of 16
 constexpr int kGroups = kTileKeys / kGroup;        // key groups per tile: the lanes of one dim
 constexpr int kChunks = kDims / 16;                // 16-byte chunks per key row
-constexpr int kThreads = 256;
+constexpr int kThreads = ZYFA_THREADS;             // the manifest entry's threads
 constexpr int kQuadsPerWarp = 32 / kGroups;        // dim quads (4 dims) per warp and store
 constexpr int kLoads = kTileKeys * kChunks / kThreads;  // 16-byte chunks each thread loads
 static_assert(kDims == 128 && kTileKeys == 128, "eight warps of 8 groups x 4 dim quads cover the 128 x 128 tile");
