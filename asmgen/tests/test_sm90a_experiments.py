@@ -4,7 +4,10 @@ choice changed, and none equal to its shipped kernel is built. Needs nvcc and cu
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from asmgen import sm90a
@@ -38,3 +41,25 @@ def test_the_kept_patches_apply_to_the_current_sources():
     for patch in sorted(Path(experiments.__file__).parent.glob("*.patch")):
         result = subprocess.run(["git", "apply", "--check", str(patch)], cwd=root, capture_output=True, text=True)
         assert result.returncode == 0, f"{patch.name}: {result.stderr}"
+
+
+def test_the_staged_store_patch_builds_variants_that_stage_o_and_store_16_bytes(tmp_path):
+    # applied to a copy of the generator, the patch builds the BF16 staged variants: stmatrix into the staging, one
+    # 16-byte store per lane and 64 columns, no local memory
+    root = Path(experiments.__file__).resolve().parents[3]
+    tree = tmp_path / "tree"
+    shutil.copytree(root / "asmgen", tree / "asmgen", ignore=shutil.ignore_patterns("__pycache__", "tests"))
+    shutil.copy(root / "VERSION", tree)
+    patch = Path(experiments.__file__).parent / "staged_store.patch"
+    subprocess.run(["git", "apply", str(patch)], cwd=tree, check=True)
+    out = tmp_path / "variants"
+    subprocess.run([sys.executable, "-m", "asmgen.sm90a.experiments", str(out), "--only", "staged", "--dtype", "bf16"],
+                   cwd=tree, check=True, capture_output=True)
+    entries = json.loads((out / "manifest.json").read_text())["kernels"]
+    assert {e["name"] for e in entries} == {f"{k['name']}_staged" for k in sm90a.BF16_KERNELS}
+    for entry in entries:
+        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        code = sass.instructions(out / entry["file"])
+        assert sum("STSM.16.M88.4" in c for c in code) == 8  # 16 rows x 128 columns per warp, four blocks each
+        assert sum("STG.E.128" in c for c in code) == 8
+        assert sum("STG.E " in c for c in code) == 2  # 4-byte stores: the log-sum-exp's two rows only

@@ -8,8 +8,9 @@ benchmarks.sm90a_fp8 --variants DIR) and `measure.py --variants DIR` here (the s
 FA3 FP8 in one run: accuracy against the model and float64, then speed) time and check against the model like the
 shipped kernels. A variant equal to its shipped kernel is left out, and so is one that does not fit the registers
 (ptxas spills, which fails the build: reported) or shared memory. Variants that need code the shipped source does
-not hold are kept as patches here (exp2_poly.patch: exponentials on the FMA pipe for a share of exact P's scores),
-and the FMA-pipe exponential the BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py
+not hold are kept as patches here (exp2_poly.patch: exponentials on the FMA pipe for a share of exact P's scores,
+measured; staged_store.patch: O through shared memory in 16-byte stores, prepared and not yet measured), and the
+FMA-pipe exponential the BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py
 checks).
 """
 
