@@ -112,6 +112,13 @@ def test_bf16_inputs_whose_scores_overflow_float32_are_refused_on_the_cpu():
     assert torch.isfinite(out).all()
 
 
+def test_bf16_inputs_holding_nan_are_refused_on_the_cpu():
+    q, k, v = qkv()
+    q[0, 3, 1, 7] = float("nan")
+    with pytest.raises(ValueError, match="q or k holds NaN"):
+        flash_attn_func(q, k, v, causal=True)
+
+
 def test_tiny_amax_quantizes_to_zero_with_a_normal_descale():
     """The documented choice: the descale stays a normal float32 (at most 2^126 of scaling), so a tensor whose
     amax is a float32 subnormal like 1e-42 quantizes to zeros (its reconstruction error is at most its amax)."""

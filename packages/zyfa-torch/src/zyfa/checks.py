@@ -336,6 +336,8 @@ def cpu_values(problem: Problem, q, k, q_descale, k_descale, v_descale, softmax_
         _check_ranges(problem, largest["q_descale"], largest["k_descale"], largest["v_descale"], softmax_scale)
         return
     reach = _largest(q) * _largest(k) * problem.d_qk * softmax_scale * LOG2E
+    if math.isnan(reach):
+        raise value_error("q or k holds NaN: the scores and the output would be NaN")
     if not reach <= FLOAT32.max:
         raise value_error(f"q and k: max|q| * max|k| * d_qk * softmax_scale * log2(e) = {reach:.3g} exceeds the "
                          f"float32 range of the scores ({FLOAT32.max:.3g}); scale the inputs down")
