@@ -5,9 +5,10 @@ determinism, CUDA graph capture and replay, torch.compile, and a tensor over 4 G
 kernel that masks its last tiles on lengths that are no multiple of them, unpadded.
 
     python -m ci.gpu_check [--out DIR] [--small]     (--small: one tiny configuration, for compute-sanitizer)
-    python -m ci.gpu_check --variants DIR            (the accuracy checks and determinism of each BF16 kernel
+    python -m ci.gpu_check --variants DIR            (the accuracy checks and determinism of each kernel
                                                       variant of DIR/manifest.json, from
-                                                      python -m asmgen.sm90a.experiments --dtype bf16)
+                                                      python -m asmgen.sm90a.experiments, BF16 and FP8;
+                                                      bitwise against the shipped kernel where declared)
 Writes DIR/gpu_check.json (gpu_check_variants.json) and exits non-zero when a check fails.
 """
 
@@ -226,15 +227,21 @@ def p_mode_of(kernel) -> dict:
 
 def check_fp8(kernel, shape, kind, *, limit_s=CALL_LIMIT_S):
     """The public call on FP8 inputs (descales as (batch, heads_k) tensors) against the model configured from the
-    kernel's manifest entry and float64; the kernel itself unpadded; determinism."""
+    kernel's manifest entry and float64; the kernel itself unpadded; determinism. `kernel` may be a variant
+    (--variants): then it is launched alone, and compared with the public call bitwise where its entry declares
+    the shipped kernel's results (same_results_as_shipped)."""
     batch, seqlen, heads, heads_k, layout = shape
     q, k, v, desc = fp8_inputs(shape, kernel.d_qk, kernel.d_v, kind, seed=seqlen + heads)
     poison_allocator(2 * q.numel() * kernel.d_v // kernel.d_qk + 8 * batch * heads * seqlen)
+    d = (desc["q_descale"], desc["k_descale"], desc["v_descale"])
+    variant = kernel.name not in {k.name for k in fp8_kernels()}
+
+    def public():
+        return zyfa.flash_attn_func(q, k, v, causal=True, layout=layout, return_lse=True, **desc, **p_mode_of(kernel))
 
     def call():
-        with watchdog(f"flash_attn_func FP8 on {shape}", limit_s):
-            result = zyfa.flash_attn_func(q, k, v, causal=True, layout=layout, return_lse=True, **desc,
-                                          **p_mode_of(kernel))
+        with watchdog(f"{kernel.name if variant else 'flash_attn_func'} FP8 on {shape}", limit_s):
+            result = sm90a.run(kernel, q, k, v, q.shape[-1] ** -0.5, layout, descales=d) if variant else public()
             torch.cuda.synchronize()
         return result
 
@@ -244,8 +251,14 @@ def check_fp8(kernel, shape, kind, *, limit_s=CALL_LIMIT_S):
     ref_out, ref_lse = attention_fp64(qb, kb, vb, **desc, return_lse=True)
     out_b = as_bshd(out, layout)
     lse_bound = FP8_MAX_LSE_DIFF
-    d = (desc["q_descale"], desc["k_descale"], desc["v_descale"])
-    raw_out, raw_lse = sm90a.run(kernel, q, k, v, q.shape[-1] ** -0.5, layout, descales=d)  # unpadded
+    # the public call's results: the kernel's own, unpadded; a variant's, where it declares the shipped kernel's
+    twin = "shipped_equal" if variant else "unpadded_equal"
+    if not variant:
+        raw_out, raw_lse = sm90a.run(kernel, q, k, v, q.shape[-1] ** -0.5, layout, descales=d)
+    elif kernel.fields.get("same_results_as_shipped", False):
+        raw_out, raw_lse = public()
+    else:
+        raw_out, raw_lse = out, lse
     result = {
         "kernel": kernel.name, "shape": list(shape), "d_qk": kernel.d_qk, "d_v": kernel.d_v, "inputs": kind,
         "finite": bool(torch.isfinite(out).all() and torch.isfinite(lse).all()),
@@ -254,11 +267,11 @@ def check_fp8(kernel, shape, kind, *, limit_s=CALL_LIMIT_S):
         "max_lse_diff_vs_model": float((lse - model_lse).abs().max()),
         "max_lse_diff_vs_fp64": float((lse.double() - ref_lse).abs().max()), "lse_bound": lse_bound,
         "rel_rms_vs_fp64": rel_rms(out_b, ref_out), "model_rel_rms_vs_fp64": rel_rms(model_out, ref_out),
-        "unpadded_equal": bool(torch.equal(raw_out, out) and torch.equal(raw_lse, lse)),
+        twin: bool(torch.equal(raw_out, out) and torch.equal(raw_lse, lse)),
     }
     repeats = [call() for _ in range(2)]
     result["deterministic"] = all(torch.equal(o, out) and torch.equal(l_, lse) for o, l_ in repeats)
-    result["ok"] = (result["finite"] and result["deterministic"] and result["unpadded_equal"]
+    result["ok"] = (result["finite"] and result["deterministic"] and result[twin]
                     and result["rel_rms_vs_model"] <= FP8_MAX_MODEL_DISTANCE * result["model_rel_rms_vs_fp64"]
                     and result["rel_rms_vs_fp64"] <= FP8_MAX_ERROR_VS_MODEL * result["model_rel_rms_vs_fp64"]
                     and result["max_lse_diff_vs_model"] <= lse_bound)
@@ -357,7 +370,8 @@ def print_fp8(report) -> int:
               f"{r['model_rel_rms_vs_fp64']:.3e}), vs model {r['rel_rms_vs_model']:.2e}, ulps "
               f"{r['max_ulps_vs_model']:.0f}, lse vs model {r['max_lse_diff_vs_model']:.1e} "
               f"(bound {r['lse_bound']:.1e}), "
-              f"det {r['deterministic']:d} unpadded {r['unpadded_equal']:d} ok {r['ok']:d}")
+              f"det {r['deterministic']:d} unpadded {r.get('unpadded_equal', '-')} shipped "
+              f"{r.get('shipped_equal', '-')} ok {r['ok']:d}")
     return failures
 
 
@@ -375,7 +389,9 @@ def main() -> int:
         variants = zyfa_kernels.Manifest.from_file(Path(args.variants) / "manifest.json").kernels
         cases = [(s, 1.0) for s in shapes] + [(WIDE_SHAPE, 20.0)]
         report["accuracy"] = [check_shape(s, kern.d_qk, kern.d_v, kernel=kern, scale_inputs=wide)
-                              for kern in variants for s, wide in cases]
+                              for kern in variants if kern.dtype == "bf16" for s, wide in cases]
+        report["fp8"] = [check_fp8(kern, s, kind) for kern in variants if kern.dtype == "fp8e4m3"
+                         for s in FP8_SHAPES for kind in FP8_INPUTS]
     else:
         limit = None if args.small else CALL_LIMIT_S
         report["accuracy"] = [check_shape(s, dq, dv, limit_s=limit) for dq, dv in HEAD_DIMS for s in shapes]

@@ -24,6 +24,10 @@ def test_vote_variants_vote_where_the_shipped_kernels_do_not(tmp_path):
         code = sass.instructions(tmp_path / entry["file"])
         assert any("VOTE.ANY" in c for c in code)
         assert not any(sass.LOCAL_MEMORY.search(c) for c in code)
+    # a second build into the same folder adds its variants to the first's
+    added = experiments.build_variants(tmp_path, ["no_vote"])
+    listed = {e["name"] for e in json.loads((tmp_path / "manifest.json").read_text())["kernels"]}
+    assert added and listed == {e["name"] for e in entries + added}
 
 
 
@@ -43,19 +47,26 @@ def test_the_kept_patches_apply_to_the_current_sources():
         assert result.returncode == 0, f"{patch.name}: {result.stderr}"
 
 
-def test_the_staged_store_patch_builds_variants_that_stage_o_and_store_16_bytes(tmp_path):
-    # applied to a copy of the generator, the patch builds the BF16 staged variants: stmatrix into the staging, one
-    # 16-byte store per lane and 64 columns, no local memory
+def build_patched(tmp_path: Path, patch: str, only: str, dtype: str) -> tuple[Path, list[dict]]:
+    """The variants `only` of `dtype`'s kernels, built from a copy of the generator with experiments/`patch` applied:
+    (their folder, their manifest entries)."""
     root = Path(experiments.__file__).resolve().parents[3]
     tree = tmp_path / "tree"
     shutil.copytree(root / "asmgen", tree / "asmgen", ignore=shutil.ignore_patterns("__pycache__", "tests"))
     shutil.copy(root / "VERSION", tree)
-    patch = Path(experiments.__file__).parent / "staged_store.patch"
-    subprocess.run(["git", "apply", str(patch)], cwd=tree, check=True)
+    backend = "packages/zyfa-torch/src/zyfa/backends/sm90a.py"  # what a patch may change on the host side
+    (tree / backend).parent.mkdir(parents=True)
+    shutil.copy(root / backend, tree / backend)
+    subprocess.run(["git", "apply", str(Path(experiments.__file__).parent / patch)], cwd=tree, check=True)
     out = tmp_path / "variants"
-    subprocess.run([sys.executable, "-m", "asmgen.sm90a.experiments", str(out), "--only", "staged", "--dtype", "bf16"],
+    subprocess.run([sys.executable, "-m", "asmgen.sm90a.experiments", str(out), "--only", only, "--dtype", dtype],
                    cwd=tree, check=True, capture_output=True)
-    entries = json.loads((out / "manifest.json").read_text())["kernels"]
+    return out, json.loads((out / "manifest.json").read_text())["kernels"]
+
+
+def test_the_staged_store_patch_builds_variants_that_stage_o_and_store_16_bytes(tmp_path):
+    # the BF16 staged variants: stmatrix into the staging, one 16-byte store per lane and 64 columns, no local memory
+    out, entries = build_patched(tmp_path, "staged_store.patch", "staged", "bf16")
     assert {e["name"] for e in entries} == {f"{k['name']}_staged" for k in sm90a.BF16_KERNELS}
     for entry in entries:
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
@@ -63,3 +74,15 @@ def test_the_staged_store_patch_builds_variants_that_stage_o_and_store_16_bytes(
         assert sum("STSM.16.M88.4" in c for c in code) == 8  # 16 rows x 128 columns per warp, four blocks each
         assert sum("STG.E.128" in c for c in code) == 8
         assert sum("STG.E " in c for c in code) == 2  # 4-byte stores: the log-sum-exp's two rows only
+
+
+def test_the_transpose_v_smem_patch_builds_fp8_variants_that_read_v_as_stored(tmp_path):
+    # every FP8 kernel: V's tensor map instead of V^T's, the ldmatrix.trans / stmatrix loop, no local memory, and
+    # shared memory within the limit (the raw V slots)
+    out, entries = build_patched(tmp_path, "transpose_v_smem.patch", "vt_smem", "fp8e4m3")
+    assert {e["name"] for e in entries} == {f"{k['name']}_vt_smem" for k in sm90a.FP8_KERNELS}
+    for entry in entries:
+        assert not entry["v_transposed"] and entry["args"][2]["name"] == "v"
+        assert entry["resources"]["local_bytes"] == 0 and entry["shared_bytes"] <= sm90a.MAX_SHARED
+        code = sass.instructions(out / entry["file"])
+        assert sum("LDSM.16.MT88.4" in c for c in code) == 1 and sum("STSM.16.M88.4" in c for c in code) == 1

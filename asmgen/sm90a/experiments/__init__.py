@@ -9,9 +9,10 @@ FA3 FP8 in one run: accuracy against the model and float64, then speed) time and
 shipped kernels. A variant equal to its shipped kernel is left out, and so is one that does not fit the registers
 (ptxas spills, which fails the build: reported) or shared memory. Variants that need code the shipped source does
 not hold are kept as patches here (exp2_poly.patch: exponentials on the FMA pipe for a share of exact P's scores,
-measured; staged_store.patch: O through shared memory in 16-byte stores, prepared and not yet measured), and the
-FMA-pipe exponential the BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py
-checks).
+measured; staged_store.patch: O through shared memory in 16-byte stores; transpose_v_smem.patch: the FP8 kernels
+make V^T in shared memory, no pre-pass; these two prepared and not yet measured), and the FMA-pipe exponential the
+BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks). Variants built from
+differently patched trees into one DIR share its manifest.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ NAMES = sorted({name for variants in VARIANTS.values() for name in variants})
 
 
 def build_variants(folder: Path, names=None, dtypes=None) -> list[dict]:
-    """Build the variants `names` (default: all) of the shipped kernels of `dtypes` (default: all) into `folder`."""
+    """Build the variants `names` (default: all) of the shipped kernels of `dtypes` (default: all) into `folder`,
+    adding them to the variants already there."""
     folder.mkdir(parents=True, exist_ok=True)
     entries = []
     for kernel in (k for k in KERNELS if not dtypes or k["dtype"] in dtypes):
@@ -85,5 +87,10 @@ def build_variants(folder: Path, names=None, dtypes=None) -> list[dict]:
                             "resources": inspect(entry, path)["resources"]})
     from asmgen.build import VERSION
 
-    (folder / "manifest.json").write_text(json.dumps({"version": VERSION, "kernels": entries}, indent=1))
+    # variants already in the folder stay unless rebuilt here: those of several patched trees share one folder
+    manifest = folder / "manifest.json"
+    built = {entry["name"] for entry in entries}
+    kept = [e for e in json.loads(manifest.read_text())["kernels"] if e["name"] not in built] if manifest.exists() \
+        else []
+    manifest.write_text(json.dumps({"version": VERSION, "kernels": kept + entries}, indent=1))
     return entries
