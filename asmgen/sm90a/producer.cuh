@@ -36,7 +36,7 @@ __device__ void produce(const TensorMap* tq, const TensorMap* tk, const TensorMa
                       b * C::kBoxCols, kt * kTileN, head_k, job.batch);
         mbar_wait(bars.v_empty(ring.slot), ring.parity ^ 1);
         if constexpr (C::kVTransposed) {
-          // V^T is (batch, heads_k, d_v, keys): one box of 128 keys by d_v rows; the ones rows after it stay.
+          // V^T is (batch, heads_k, d_v, keys): one box of 128 keys by d_v rows.
           mbar_arrive_expect_tx(bars.v_full(ring.slot), L::kVBytes);
           tma_load_4d(base + L::kV + ring.slot * L::kVBytes, tv, bars.v_full(ring.slot), kt * kTileN, 0, head_k,
                       job.batch);
