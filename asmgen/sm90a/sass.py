@@ -1,11 +1,13 @@
 """SASS of the sm90a cubins, read the way docs/sm90a.md discusses it: the key-tile steps.
 
-Every wait for S (`WARPGROUP.DEPBAR.LE gsb0, 0x1`, QK^T done while P V may still run) opens a step, which runs to
-its P V wait (`gsb0, 0x0`). What lies between the two runs under P V; what follows the P V wait up to the next GEMM
-issue is exposed. A report row gives the instructions (NOPs left out) and exponentials (MUFU.EX2) under P V, where
-the barrier arrives stand among them (K slot and Q releases; in pinned kernels the K release that holds the softmax
-is the last), and the exposed instructions, counted in address order up to the next HGMMA/QGMMA or S wait. Steps in
-address order: the steady step, then the diagonal step.
+In the BF16 kernels every wait for S (`WARPGROUP.DEPBAR.LE gsb0, 0x1`, QK^T done while P V may still run) opens a
+step, which runs to its P V wait (`gsb0, 0x0`). What lies between the two runs under P V; what follows the P V wait
+up to the next GEMM issue is exposed. The FP8 kernels wait for both GEMMs of a step at once: a step is a wait for no
+group (`gsb0, 0x0`) after an issue of two commit groups (QK^T and P V), and all of it is exposed (the other
+consumer's GEMMs are what run under it). A report row gives the instructions (NOPs left out) and exponentials
+(MUFU.EX2) under P V, where the barrier arrives stand among them (K slot and Q releases; in pinned kernels the K
+release that holds the softmax is the last), and the exposed instructions and exponentials, counted in address
+order up to the next HGMMA/QGMMA or S wait. Steps in address order: the steady step, then the diagonal step.
 """
 
 from __future__ import annotations
@@ -41,6 +43,16 @@ class Step:
     exponentials: int  # MUFU.EX2 among them
     arrives: tuple[int, ...]  # positions of barrier arrives among them
     exposed: int  # instructions after the P V wait up to the next GEMM issue or S wait, in address order
+    exposed_exponentials: int  # MUFU.EX2 among those
+
+
+def _exposed(code: list[str], wait: int) -> tuple[int, int]:
+    """(instructions, MUFU.EX2) after the wait at `wait` up to the next GEMM issue or S wait, NOPs left out."""
+    after = wait + 1
+    while after < len(code) and not _is_gemm(code[after]) and S_WAIT not in code[after]:
+        after += 1
+    body = [c for c in code[wait + 1:after] if not c.startswith("NOP")]
+    return len(body), sum("MUFU.EX2" in c for c in body)
 
 
 def steps(code: list[str]) -> list[Step]:
@@ -50,21 +62,24 @@ def steps(code: list[str]) -> list[Step]:
             continue
         end = next((i for i in range(start + 1, len(code)) if PV_WAIT in code[i]), len(code))
         body = [c for c in code[start + 1:end] if not c.startswith("NOP")]
-        after = end + 1
-        while after < len(code) and not _is_gemm(code[after]) and S_WAIT not in code[after]:
-            after += 1
-        out.append(Step(
-            under_pv=len(body),
-            exponentials=sum("MUFU.EX2" in c for c in body),
-            arrives=tuple(i for i, c in enumerate(body) if "SYNCS.ARRIVE" in c),
-            exposed=sum(not c.startswith("NOP") for c in code[end + 1:after]),
-        ))
+        out.append(Step(len(body), sum("MUFU.EX2" in c for c in body),
+                        tuple(i for i, c in enumerate(body) if "SYNCS.ARRIVE" in c), *_exposed(code, end)))
+    if out:
+        return out
+    # waits for both GEMMs (FP8): the P V waits whose issue since the previous wait committed two groups
+    previous = 0
+    for end, text in enumerate(code):
+        if PV_WAIT not in text:
+            continue
+        if sum(_is_gemm(c) and "gsb0" in c for c in code[previous:end]) >= 2:
+            out.append(Step(0, 0, (), *_exposed(code, end)))
+        previous = end
     return out
 
 
 def report(cubins: list[Path]) -> str:
-    rows = ["| cubin | wgmma | MUFU.EX2 | local memory ops | step | under P V (MUFU.EX2) | arrives at | exposed |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| cubin | wgmma | MUFU.EX2 | local memory ops | step | under P V (MUFU.EX2) | arrives at | exposed "
+            "(MUFU.EX2) |", "|---|---|---|---|---|---|---|---|"]
     for cubin in cubins:
         code = instructions(cubin)
         local = sum(bool(LOCAL_MEMORY.search(c)) for c in code)
@@ -73,5 +88,5 @@ def report(cubins: list[Path]) -> str:
         for index, step in enumerate(steps(code)):
             head = f"| {cubin.stem} | {totals}" if index == 0 else "| | | |"
             rows.append(f"{head} | {index + 1} | {step.under_pv} ({step.exponentials}) | "
-                        f"{', '.join(map(str, step.arrives)) or '-'} | {step.exposed} |")
+                        f"{', '.join(map(str, step.arrives)) or '-'} | {step.exposed} ({step.exposed_exponentials}) |")
     return "\n".join(rows)
