@@ -53,8 +53,8 @@ def stmatrix_x4(smem: bytearray, addresses, regs) -> None:
 
 def transpose(raw: bytearray) -> bytearray:
     vt = bytearray(len(raw))
-    for warp in range(WARPS):
-        for unit in range(warp, UNITS, WARPS):
+    for warp in range(WARPS):  # warp w: key groups w, w + 3, ..., each in its four pairs of 16-dim chunks
+        for unit in (4 * group + pair for group in range(warp, UNITS // 4, WARPS) for pair in range(4)):
             addresses = lane_addresses(unit)
             regs = ldmatrix_x4_trans(raw, [a[0] for a in addresses])
             out = []
