@@ -5,7 +5,6 @@ choice changed, and none equal to its shipped kernel is built. Needs nvcc and cu
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,30 +46,14 @@ def test_the_kept_patches_apply_to_the_current_sources():
         assert result.returncode == 0, f"{patch.name}: {result.stderr}"
 
 
-def build_patched(tmp_path: Path, patch: str, only: str, dtype: str) -> tuple[Path, list[dict]]:
-    """The variants `only` of `dtype`'s kernels, built from a copy of the generator with experiments/`patch` applied:
-    (their folder, their manifest entries)."""
-    root = Path(experiments.__file__).resolve().parents[3]
-    tree = tmp_path / "tree"
-    shutil.copytree(root / "asmgen", tree / "asmgen", ignore=shutil.ignore_patterns("__pycache__", "tests"))
-    shutil.copy(root / "VERSION", tree)
-    backend = "packages/zyfa-torch/src/zyfa/backends/sm90a.py"  # what a patch may change on the host side
-    (tree / backend).parent.mkdir(parents=True)
-    shutil.copy(root / backend, tree / backend)
-    subprocess.run(["git", "apply", str(Path(experiments.__file__).parent / patch)], cwd=tree, check=True)
-    out = tmp_path / "variants"
-    subprocess.run([sys.executable, "-m", "asmgen.sm90a.experiments", str(out), "--only", only, "--dtype", dtype],
-                   cwd=tree, check=True, capture_output=True)
-    return out, json.loads((out / "manifest.json").read_text())["kernels"]
-
-
 def test_the_staged_store_patch_builds_variants_that_stage_o_and_store_16_bytes(tmp_path):
-    # the BF16 staged variants: stmatrix into the staging, one 16-byte store per lane and 64 columns, no local memory
-    out, entries = build_patched(tmp_path, "staged_store.patch", "staged", "bf16")
+    # built from a patched copy of the generator, the working tree untouched: the BF16 staged variants: stmatrix into
+    # the staging, one 16-byte store per lane and 64 columns, no local memory
+    entries = experiments.build_patched(tmp_path, "staged_store.patch", ["staged"], ["bf16"])
     assert {e["name"] for e in entries} == {f"{k['name']}_staged" for k in sm90a.BF16_KERNELS}
     for entry in entries:
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
-        code = sass.instructions(out / entry["file"])
+        code = sass.instructions(tmp_path / entry["file"])
         assert sum("STSM.16.M88.4" in c for c in code) == 8  # 16 rows x 128 columns per warp, four blocks each
         assert sum("STG.E.128" in c for c in code) == 8
         assert sum("STG.E " in c for c in code) == 2  # 4-byte stores: the log-sum-exp's two rows only
@@ -79,11 +62,18 @@ def test_the_staged_store_patch_builds_variants_that_stage_o_and_store_16_bytes(
 def test_the_transpose_v_smem_patch_builds_fp8_variants_that_read_v_as_stored(tmp_path):
     # every FP8 kernel: V's tensor map instead of V^T's, the ldmatrix.trans / stmatrix loop, no local memory, and
     # shared memory within the limit (the raw V slots)
-    out, entries = build_patched(tmp_path, "transpose_v_smem.patch", "vt_smem", "fp8e4m3")
+    entries = experiments.build_patched(tmp_path, "transpose_v_smem.patch", ["vt_smem"], ["fp8e4m3"])
     assert {e["name"] for e in entries} == {f"{k['name']}_vt_smem" for k in sm90a.FP8_KERNELS}
     for entry in entries:
         assert not entry["v_transposed"] and entry["args"][2]["name"] == "v"
         assert entry["resources"]["local_bytes"] == 0 and entry["shared_bytes"] <= sm90a.MAX_SHARED
-        code = sass.instructions(out / entry["file"])
+        code = sass.instructions(tmp_path / entry["file"])
         # the loop over a key group's four pairs of dim chunks is unrolled by two
         assert sum("LDSM.16.MT88.4" in c for c in code) == 2 and sum("STSM.16.M88.4" in c for c in code) == 2
+
+
+def test_a_patch_only_variant_without_its_patch_is_refused_by_name(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "asmgen.sm90a.experiments", str(tmp_path), "--only", "staged"],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "--only staged: not a variant of the unpatched sources" in run.stderr
+    assert "--patch" in run.stderr

@@ -1,6 +1,6 @@
 """Measurement variants of the sm90a kernels: built on request, never shipped.
 
-    python -m asmgen.sm90a.experiments DIR [--only NAME ...] [--dtype bf16|fp8e4m3 ...]
+    python -m asmgen.sm90a.experiments DIR [--only NAME ...] [--dtype bf16|fp8e4m3 ...] [--patch NAME.patch]
 
 Each variant is a shipped kernel with one choice of its Config changed (a manifest field, or a config_header
 keyword); DIR gets the cubins and a manifest that the benchmarks (python -m zyfa_tools.bench, python -m
@@ -11,15 +11,19 @@ shipped kernels. A variant equal to its shipped kernel is left out, and so is on
 not hold are kept as patches here (exp2_poly.patch: exponentials on the FMA pipe for a share of exact P's scores,
 measured; staged_store.patch: O through shared memory in 16-byte stores; transpose_v_smem.patch: the FP8 kernels
 make V^T in shared memory, no pre-pass; these two prepared and not yet measured), and the FMA-pipe exponential the
-BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks). Variants built from
-differently patched trees into one DIR share its manifest.
+BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks). --patch builds a
+patch's variants in a copy of the generator with the patch applied, the working tree left as it is; variants built
+from differently patched trees into one DIR share its manifest.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from .. import (
@@ -56,6 +60,9 @@ FP8_VARIANTS = {
 
 VARIANTS = {"bf16": BF16_VARIANTS, "fp8e4m3": FP8_VARIANTS}
 NAMES = sorted({name for variants in VARIANTS.values() for name in variants})
+PATCHES = sorted(path.name for path in Path(__file__).parent.glob("*.patch"))  # the kept patches, here
+# what a patch may change besides the generator: the host backend (e.g. how an FP8 kernel gets V)
+HOST_FILES = ("packages/zyfa-torch/src/zyfa/backends/sm90a.py",)
 
 
 def build_variants(folder: Path, names=None, dtypes=None) -> list[dict]:
@@ -94,3 +101,25 @@ def build_variants(folder: Path, names=None, dtypes=None) -> list[dict]:
         else []
     manifest.write_text(json.dumps({"version": VERSION, "kernels": kept + entries}, indent=1))
     return entries
+
+
+def build_patched(folder: Path, patch: str, names=None, dtypes=None) -> list[dict]:
+    """build_variants in a copy of the generator with the kept patch `patch` applied (the working tree stays as it
+    is), into `folder` beside the variants already there; returns the entries of the variants `names` (default:
+    all of the folder's)."""
+    root = Path(__file__).resolve().parents[3]
+    folder = Path(folder).resolve()
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp)
+        shutil.copytree(root / "asmgen", tree / "asmgen", ignore=shutil.ignore_patterns("__pycache__", "tests"))
+        shutil.copy(root / "VERSION", tree)
+        for name in HOST_FILES:
+            (tree / name).parent.mkdir(parents=True)
+            shutil.copy(root / name, tree / name)
+        subprocess.run(["git", "apply", str(Path(__file__).parent / patch)], cwd=tree, check=True)
+        command = [sys.executable, "-m", "asmgen.sm90a.experiments", str(folder)]
+        command += ["--only", *names] if names else []
+        command += ["--dtype", *dtypes] if dtypes else []
+        subprocess.run(command, cwd=tree, check=True, stdout=subprocess.DEVNULL)  # its count: this call's
+    entries = json.loads((folder / "manifest.json").read_text())["kernels"]
+    return [e for e in entries if not names or any(e["name"].endswith(f"_{name}") for name in names)]

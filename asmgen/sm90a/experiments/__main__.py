@@ -1,4 +1,5 @@
-"""python -m asmgen.sm90a.experiments DIR [--only NAME ...] [--dtype ...]: build the measurement variants into DIR."""
+"""python -m asmgen.sm90a.experiments DIR [--only NAME ...] [--dtype ...] [--patch NAME]: build the measurement
+variants into DIR."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import NAMES, VARIANTS, build_variants
+from . import NAMES, PATCHES, VARIANTS, build_patched, build_variants
 from . import __doc__ as doc
 
 
@@ -14,11 +15,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m asmgen.sm90a.experiments", description=doc,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder", type=Path)
-    ap.add_argument("--only", nargs="+", choices=NAMES, help="variants to build (default: all)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help=f"variants to build (default: all): {', '.join(NAMES)}, "
+                    "or with --patch the patch's own")
     ap.add_argument("--dtype", nargs="+", choices=list(VARIANTS), help="of the shipped kernels of these element "
                     "types only (default: all)")
+    ap.add_argument("--patch", choices=PATCHES, help="build in a copy of the generator with this kept patch applied "
+                    "(the working tree stays as it is)")
     args = ap.parse_args()
-    entries = build_variants(args.folder, args.only, args.dtype)
+    if args.patch:
+        entries = build_patched(args.folder, args.patch, args.only, args.dtype)
+    else:
+        unknown = sorted(set(args.only or ()) - set(NAMES))
+        if unknown:
+            ap.error(f"--only {' '.join(unknown)}: not a variant of the unpatched sources (choose from "
+                     f"{', '.join(NAMES)}, or name the patch that adds it with --patch)")
+        entries = build_variants(args.folder, args.only, args.dtype)
     print(f"{len(entries)} variants in {args.folder}")
     return 0
 
