@@ -62,8 +62,10 @@ def steps(code: list[str]) -> list[Step]:
             continue
         end = next((i for i in range(start + 1, len(code)) if PV_WAIT in code[i]), len(code))
         body = [c for c in code[start + 1:end] if not c.startswith("NOP")]
-        out.append(Step(len(body), sum("MUFU.EX2" in c for c in body),
-                        tuple(i for i, c in enumerate(body) if "SYNCS.ARRIVE" in c), *_exposed(code, end)))
+        exposed, exposed_exponentials = _exposed(code, end)
+        out.append(Step(under_pv=len(body), exponentials=sum("MUFU.EX2" in c for c in body),
+                        arrives=tuple(i for i, c in enumerate(body) if "SYNCS.ARRIVE" in c), exposed=exposed,
+                        exposed_exponentials=exposed_exponentials))
     if out:
         return out
     # waits for both GEMMs (FP8): the P V waits whose issue since the previous wait committed two groups
@@ -72,7 +74,9 @@ def steps(code: list[str]) -> list[Step]:
         if PV_WAIT not in text:
             continue
         if sum(_is_gemm(c) and "gsb0" in c for c in code[previous:end]) >= 2:
-            out.append(Step(0, 0, (), *_exposed(code, end)))
+            exposed, exposed_exponentials = _exposed(code, end)
+            out.append(Step(under_pv=0, exponentials=0, arrives=(), exposed=exposed,
+                            exposed_exponentials=exposed_exponentials))
         previous = end
     return out
 
