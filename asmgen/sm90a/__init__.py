@@ -32,6 +32,7 @@ STAGES = 2  # depth of the K/V shared-memory ring (one Q buffer: a second measur
 BOX_ROW_BYTES = 128  # a TMA box's row: the 128-byte swizzle's width (64 BF16 or 128 e4m3 columns)
 SWIZZLE_ALIGN = 1024  # boxes start on the 128-byte swizzle's 1024-byte period; the launch adds that much slack
 BARRIER_BYTES = 8
+STAGING_BYTES = 8 * 16 * BOX_ROW_BYTES  # the staged epilogue's: 16 rows of 128 bytes per consumer warp (pipeline.cuh)
 
 # Ordered kernel parameters; "tmap" = CUtensorMap by value. Strides are in elements. Offsets are added below.
 _PARAMS = [
@@ -84,13 +85,35 @@ RESERVED_SHARED = 1024
 MAX_SHARED = 227 * 1024  # the most one CTA may use on sm_90
 
 
-def dynamic_shared_bytes(element_bytes: int, d_qk: int, d_v: int, stages: int) -> int:
+# Kernels (dtype, p_mode) whose epilogue stores O straight from the accumulator (kStagedStore false, epilogue.cuh);
+# the others pass it through shared memory and store whole 128-byte rows. Measured on the H200 (docs/sm90a.md, "The
+# staged epilogue"): staged, BF16 +1% to +14% at 2K-4K and -1.5% to +1% from 8K, exact P +2% to +10% at 2K-8K and
+# 0-2% at 32K; lean P +1% to +6% at 2K but -2% to -5% from 8K (ptxas orders its key loop differently).
+DIRECT_STORE_KERNELS = {("fp8e4m3", "lean")}
+
+
+def staged_store(dtype: str, p_mode: str) -> bool:
+    return (dtype, p_mode) not in DIRECT_STORE_KERNELS
+
+
+def dynamic_shared_bytes(element_bytes: int, d_qk: int, d_v: int, stages: int, staged: bool) -> int:
     """Dynamic shared memory of one CTA (pipeline.cuh): a Q tile of 128 rows in boxes of 128 bytes (d_qk = 192 in
-    e4m3 takes two, the second half zeros), `stages` K and V tiles (FP8: V^T), mbarriers (Q full/empty; per K/V slot
-    K and V full/empty), alignment slack."""
+    e4m3 takes two, the second half zeros), `stages` K and V tiles (FP8: V^T), the staged epilogue's rows if
+    `staged`, mbarriers (Q full/empty; per K/V slot K and V full/empty), alignment slack."""
     q_bytes = -(-d_qk * element_bytes // BOX_ROW_BYTES) * TILE_M * BOX_ROW_BYTES
     v_bytes = d_v * element_bytes * TILE_N
-    return q_bytes + stages * (q_bytes + v_bytes) + (2 + 4 * stages) * BARRIER_BYTES + SWIZZLE_ALIGN
+    staging = STAGING_BYTES if staged else 0
+    return q_bytes + stages * (q_bytes + v_bytes) + staging + (2 + 4 * stages) * BARRIER_BYTES + SWIZZLE_ALIGN
+
+
+def shared_bytes(kernel: dict, staged: bool | None = None) -> int:
+    """A kernel's shared_bytes (static + dynamic) from its manifest fields; `staged`: its epilogue, if not the
+    measured choice (a measurement variant's)."""
+    if staged is None:
+        staged = staged_store(kernel["dtype"], kernel["p_mode"])
+    element_bytes = 2 if kernel["dtype"] == "bf16" else 1
+    return dynamic_shared_bytes(element_bytes, kernel["d_qk"], kernel["d_v"], kernel["stages"], staged) + \
+        RESERVED_SHARED
 
 
 # Consumer schedules: "pingpong" (the two consumer warpgroups alternate issuing their GEMMs) measured faster up to
@@ -108,10 +131,11 @@ def _seqlen_range(schedule: str) -> dict:
 
 
 def _entry(dtype: str, d_qk: int, d_v: int, schedule: str, variant: str = "", **fields) -> dict:
-    """The manifest entry of one kernel: what every sm90a kernel shares, then the element type's `fields`."""
+    """The manifest entry of one kernel: what every sm90a kernel shares, then the element type's `fields`, then
+    the shared memory all of it needs."""
     dims = f"d{d_qk}" if d_qk == d_v else f"d{d_qk}_{d_v}"
     name = f"sm90a_fwd_{'bf16' if dtype == 'bf16' else 'fp8'}_{dims}_{variant}{schedule}"
-    return {
+    entry = {
         "name": name,
         "symbol": f"zyfa_{name}",
         "file": f"{name}.cubin",
@@ -128,6 +152,7 @@ def _entry(dtype: str, d_qk: int, d_v: int, schedule: str, variant: str = "", **
         "masks_tail": True,
         **fields,
     }
+    return {**entry, "shared_bytes": shared_bytes(entry)}
 
 
 def _bf16_kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
@@ -138,7 +163,6 @@ def _bf16_kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
         p_shift=0,
         rowsum="fp32",
         rescale_threshold=tau,
-        shared_bytes=dynamic_shared_bytes(2, d_qk, d_v, STAGES) + RESERVED_SHARED,  # all the CTA needs
         stages=STAGES,
         **_seqlen_range(schedule),
         args=ARGS,
@@ -156,11 +180,6 @@ FP8_STAGES = {"exact": 3, "lean": 2}
 # on the H200 (docs/sm90a.md, "FP8") and deleted: the ones columns of an N = 136 P V product lose the small
 # probabilities of a tile whose P spans more than the accumulator's 13 bits (1.4-2.7x the model's error on sink-heavy
 # inputs); the unrounded FP32 p (FA3's way) is back at FA3's error on Gaussian inputs (1.15x ours).
-
-
-def fp8_shared_bytes(d_qk: int, d_v: int, stages: int) -> int:
-    """shared_bytes of an FP8 kernel (static + dynamic)."""
-    return dynamic_shared_bytes(1, d_qk, d_v, stages) + RESERVED_SHARED
 
 
 # FP8 consumers issue independently at every length: the ping-pong form does not fit its registers (S 64, the
@@ -182,7 +201,6 @@ def _fp8_kernel(d_qk: int, d_v: int, schedule: str, p_mode: str) -> dict:
         p_shift=8,
         rowsum="rounded",
         rescale_threshold=0.125,
-        shared_bytes=fp8_shared_bytes(d_qk, d_v, stages),
         stages=stages,
         seqlen_min=None,  # the one schedule serves every length
         seqlen_max=None,
@@ -221,11 +239,11 @@ def _cxx_bool(value: bool) -> str:
 
 
 def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bool | None = None,
-                  broadcast_index: bool | None = None) -> str:
+                  broadcast_index: bool | None = None, staged: bool | None = None) -> str:
     """kernel_config.cuh of one kernel: its symbol and zyfa::Config (config.cuh), from its manifest entry and the
     measured choices above. The keywords are choices a measurement variant makes differently
-    (asmgen/sm90a/experiments; default: PINNED_SCHEDULES, VOTE_MAX_KERNELS and SCATTERED_INDEX_KERNELS;
-    pin_softmax and vote_max are BF16 choices)."""
+    (asmgen/sm90a/experiments; default: PINNED_SCHEDULES, VOTE_MAX_KERNELS, SCATTERED_INDEX_KERNELS and
+    DIRECT_STORE_KERNELS; pin_softmax and vote_max are BF16 choices)."""
     broadcasts = (kernel["dtype"], kernel["d_qk"], kernel["schedule"]) not in SCATTERED_INDEX_KERNELS
     fields = [
         ("int", "kDQk", kernel["d_qk"]),
@@ -233,6 +251,8 @@ def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bo
         ("int", "kStages", kernel["stages"]),
         ("float", "kTau", f"{float(kernel['rescale_threshold'])!r}f"),
         ("bool", "kBroadcastIndex", _cxx_bool(broadcasts if broadcast_index is None else broadcast_index)),
+        ("bool", "kStagedStore", _cxx_bool(staged_store(kernel["dtype"], kernel["p_mode"]) if staged is None
+                                           else staged)),
     ]
     if kernel["dtype"] == "bf16":
         element = "Bf16"

@@ -1,36 +1,98 @@
 // The epilogue of a query tile: the thread's two rows of O / l to BF16 in the output, and the FP32 log-sum-exp
 // lse = ln2 (m - p_shift + log2 l), with log2 l = -log2(1/l) (one division per row; O * (1/l) is within an FP32
 // ulp of O / l). Rows past seqlen (the last tile's, which TMA read as zeros) are not stored.
+//
+// C::kStagedStore: the accumulator's layout gives a warp's 4-byte store 8 rows of 16 bytes, i.e. 8 L1 wavefronts
+// for 512 bytes. Staged, each warp passes its 16 rows through its own 2 KiB of shared memory, 64 columns at a time:
+// stmatrix writes the accumulator's 8x8 blocks in row order, each lane reads back 16 contiguous bytes, and each
+// 16-byte store of the warp writes 4 whole 128-byte rows (4 wavefronts for 512 bytes, a quarter of the stores).
 #pragma once
 
+#include "pipeline.cuh"
 #include "ptx.cuh"
 #include "tile.cuh"
 #include "tile_scheduler.cuh"
 
 namespace zyfa {
 
+// 16-byte chunks of a staging row (8 BF16 columns, an 8x8 matrix's row), XOR-swizzled by the row's index mod 8 so
+// that the 8 rows of a matrix (stmatrix) and the 8 chunks of a row (the read-back) each fall in distinct banks.
+constexpr int kChunkBytes = 16;
+constexpr int kChunkCols = kChunkBytes / 2;
+__device__ __forceinline__ uint32_t stage_chunk(uint32_t stage, int row, int chunk) {
+  return stage + row * kAtomRowBytes + kChunkBytes * (chunk ^ (row % 8));
+}
+
 // The rows of consumer warpgroup `consumer`'s warp `warp`, lane `lane`. `out_scale()` is a factor on O / l (the
 // FP8 kernels' v_descale, loaded here: a register fewer through the key loop). Each lane holds a quarter of its
-// rows' sums; the quad adds them.
+// rows' sums; the quad adds them. `stage`: this warp's staging (C::kStagedStore).
 template <class C, class Params, class OutScale>
 __device__ __forceinline__ void store_tile(const Params& p, const Job& job, int tile, int consumer, int warp, int lane,
-                                           const float (&o)[64], const RowState& rows, OutScale&& out_scale) {
-  const int row = tile * kTileM + consumer * kRowsPerConsumer + 16 * warp + lane / 4;
-  const int head_row = job.batch * p.heads + job.head;
+                                           const float (&o)[64], const RowState& rows, OutScale&& out_scale,
+                                           uint32_t stage) {
+  if constexpr (!C::kStagedStore) {
+    const int row = tile * kTileM + consumer * kRowsPerConsumer + 16 * warp + lane / 4;
+    const int head_row = job.batch * p.heads + job.head;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float inv_l = 1.0f / quad_sum(rows.l[h]);
-    const float scale = inv_l * out_scale();
-    const int q = row + 8 * h;
-    if (q >= p.seqlen) continue;
-    uint16_t* out = p.out + job.batch * p.out_stride_b + q * p.out_stride_s + job.head * p.out_stride_h;
+    for (int h = 0; h < 2; ++h) {
+      const float inv_l = 1.0f / quad_sum(rows.l[h]);
+      const float scale = inv_l * out_scale();
+      const int q = row + 8 * h;
+      if (q >= p.seqlen) continue;
+      uint16_t* out = p.out + job.batch * p.out_stride_b + q * p.out_stride_s + job.head * p.out_stride_h;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int r = 4 * i + 2 * h;
-      *reinterpret_cast<uint32_t*>(out + acc_col(r, lane)) = pack_bf16x2(o[r] * scale, o[r + 1] * scale);
+      for (int i = 0; i < 16; ++i) {
+        const int r = 4 * i + 2 * h;
+        *reinterpret_cast<uint32_t*>(out + acc_col(r, lane)) = pack_bf16x2(o[r] * scale, o[r + 1] * scale);
+      }
+      if (lane % 4 == 0)
+        p.lse[static_cast<long long>(head_row) * p.seqlen + q] = kLn2 * (rows.m[h] - C::kPShift - log2f(inv_l));
     }
-    if (lane % 4 == 0)
-      p.lse[static_cast<long long>(head_row) * p.seqlen + q] = kLn2 * (rows.m[h] - C::kPShift - log2f(inv_l));
+  } else {
+    const int warp_row = tile * kTileM + consumer * kRowsPerConsumer + 16 * warp;
+    const int row = warp_row + lane / 4;
+    const int head_row = job.batch * p.heads + job.head;
+    uint16_t* const out = p.out + job.batch * p.out_stride_b + job.head * p.out_stride_h;
+    float scale[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float inv_l = 1.0f / quad_sum(rows.l[h]);
+      scale[h] = inv_l * out_scale();
+      const int q = row + 8 * h;
+      if (q < p.seqlen && lane % 4 == 0)
+        p.lse[static_cast<long long>(head_row) * p.seqlen + q] = kLn2 * (rows.m[h] - C::kPShift - log2f(inv_l));
+    }
+    static_assert(C::kDV % kStageCols == 0, "the staged epilogue writes passes of 64 columns");
+    constexpr int kReads = 16 * kAtomRowBytes / (32 * kChunkBytes);  // 16-byte reads per lane and pass
+    // Lane l reads back chunk l%8 of rows 4y + l/8 of the warp's 16.
+    uint16_t* dst[kReads];
+#pragma unroll
+    for (int y = 0; y < kReads; ++y) {
+      const int q = warp_row + 4 * y + lane / 8;
+      dst[y] = q < p.seqlen ? out + q * p.out_stride_s + kChunkCols * (lane % 8) : nullptr;
+    }
+#pragma unroll
+    for (int pass = 0; pass < C::kDV / kStageCols; ++pass) {
+      __syncwarp();  // the previous pass's (or query tile's) reads of the staging are done
+#pragma unroll
+      for (int x = 0; x < kStageCols / kChunkCols / 2; ++x) {
+        // stmatrix x4: matrix j (addresses from lanes 8j..8j+7) is row half j%2 of column block 8 pass + 2x + j/2
+        uint32_t m[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int h = j % 2, r = 4 * (kStageCols / kChunkCols * pass + 2 * x + j / 2) + 2 * h;
+          m[j] = pack_bf16x2(o[r] * scale[h], o[r + 1] * scale[h]);
+        }
+        const int j = lane / 8;
+        stmatrix_x4(stage_chunk(stage, 8 * (j % 2) + lane % 8, 2 * x + j / 2), m[0], m[1], m[2], m[3]);
+      }
+      __syncwarp();  // the warp's blocks are in the staging
+#pragma unroll
+      for (int y = 0; y < kReads; ++y) {
+        const uint4 v = lds128(stage_chunk(stage, 4 * y + lane / 8, lane % 8));
+        if (dst[y]) *reinterpret_cast<uint4*>(dst[y] + kStageCols * pass) = v;
+      }
+    }
   }
 }
 

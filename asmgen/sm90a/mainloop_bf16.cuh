@@ -68,6 +68,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   uint32_t pf[32];  // P fragments read by the next P V
 
   const ConsumerRing<C> smem_ring{base, lane};
+  const uint32_t stage = base + L::kStaging + (consumer * kThreadsPerWarpgroup / 32 + warp) * kStageBytes;
 
   for_each_job(p.jobs, p.num_jobs, [&](const Job& job) {
     for_each_tile(job, [&](int tile) {
@@ -142,7 +143,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       fence_regs(o);
       smem_ring.release(bars.v_empty(prev.slot));
 
-      store_tile<C>(p, job, tile, consumer, warp, lane, o, st, [] { return 1.0f; });
+      store_tile<C>(p, job, tile, consumer, warp, lane, o, st, [] { return 1.0f; }, stage);
     });
   });
 }

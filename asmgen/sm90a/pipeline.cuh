@@ -10,6 +10,12 @@
 
 namespace zyfa {
 
+// The staged epilogue (C::kStagedStore, epilogue.cuh): each consumer warp's 16 rows of one pass of 64 BF16 output
+// columns (a 128-byte row), 2 KiB per warp.
+constexpr int kStageCols = 64;
+constexpr int kStageBytes = 16 * kAtomRowBytes;
+constexpr int kStagingBytes = kConsumerWarps * kStageBytes;
+
 template <class C>
 struct SharedLayout {
   static constexpr int kQBoxes = (C::kDQk + C::kBoxCols - 1) / C::kBoxCols;  // TMA boxes of a Q (or K) tile
@@ -19,7 +25,8 @@ struct SharedLayout {
   static constexpr int kQ = 0;
   static constexpr int kK = kQ + kQBytes;
   static constexpr int kV = kK + C::kStages * kKBytes;
-  static constexpr int kBarriers = kV + C::kStages * kVBytes;
+  static constexpr int kStaging = kV + C::kStages * kVBytes;  // the staged epilogue's, if any
+  static constexpr int kBarriers = kStaging + (C::kStagedStore ? kStagingBytes : 0);
   static constexpr int kNumBarriers = 2 + 4 * C::kStages;  // q_full, q_empty, then per slot K and V full and empty
   static constexpr int kBytes = kBarriers + kNumBarriers * 8;
 };

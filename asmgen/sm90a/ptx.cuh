@@ -192,6 +192,24 @@ __device__ __forceinline__ void wgmma_m64n128k32_rs_e4m3(float (&d)[64], const u
 }
 
 
+// ---- the staged epilogue's moves ------------------------------------------------------------------------------
+
+// Four 8x8 matrices of 16-bit values, each held as an mma fragment (lane l: row l/4, columns 2(l%4) and 2(l%4) + 1
+// in one register, the lower column in the low half), to shared memory in row order: lane l gives the address of
+// row l%8 of matrix l/8, 16 bytes.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t m0, uint32_t m1, uint32_t m2, uint32_t m3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(m0), "r"(m1),
+               "r"(m2), "r"(m3)
+               : "memory");
+}
+
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr)
+               : "memory");
+  return v;
+}
+
 // ---- arithmetic -------------------------------------------------------------------------------------------------
 
 __device__ __forceinline__ float ex2(float x) {

@@ -46,17 +46,17 @@ def test_the_kept_patches_apply_to_the_current_sources():
         assert result.returncode == 0, f"{patch.name}: {result.stderr}"
 
 
-def test_the_staged_store_patch_builds_variants_that_stage_o_and_store_16_bytes(tmp_path):
-    # built from a patched copy of the generator, the working tree untouched: the BF16 staged variants: stmatrix into
-    # the staging, one 16-byte store per lane and 64 columns, no local memory
-    entries = experiments.build_patched(tmp_path, "staged_store.patch", ["staged"], ["bf16"])
-    assert {e["name"] for e in entries} == {f"{k['name']}_staged" for k in sm90a.BF16_KERNELS}
+def test_epilogue_variants_take_the_other_store(tmp_path):
+    # direct for the kernels that ship staged, staged for those that ship direct (DIRECT_STORE_KERNELS)
+    entries = experiments.build_variants(tmp_path, ["direct", "staged"])
+    assert {e["name"] for e in entries} == {
+        f"{k['name']}_{'direct' if sm90a.staged_store(k['dtype'], k['p_mode']) else 'staged'}" for k in sm90a.KERNELS}
     for entry in entries:
+        staged = entry["name"].endswith("_staged")
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        assert entry["shared_bytes"] == sm90a.shared_bytes(entry, staged) <= sm90a.MAX_SHARED
         code = sass.instructions(tmp_path / entry["file"])
-        assert sum("STSM.16.M88.4" in c for c in code) == 8  # 16 rows x 128 columns per warp, four blocks each
-        assert sum("STG.E.128" in c for c in code) == 8
-        assert sum("STG.E " in c for c in code) == 2  # 4-byte stores: the log-sum-exp's two rows only
+        assert (sum("STSM.16.M88.4" in c for c in code) == 8) == staged
 
 
 def test_the_transpose_v_smem_patch_builds_fp8_variants_that_read_v_as_stored(tmp_path):
@@ -73,7 +73,7 @@ def test_the_transpose_v_smem_patch_builds_fp8_variants_that_read_v_as_stored(tm
 
 
 def test_a_patch_only_variant_without_its_patch_is_refused_by_name(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "asmgen.sm90a.experiments", str(tmp_path), "--only", "staged"],
+    run = subprocess.run([sys.executable, "-m", "asmgen.sm90a.experiments", str(tmp_path), "--only", "vt_smem"],
                          capture_output=True, text=True)
-    assert run.returncode == 2 and "--only staged: not a variant of the unpatched sources" in run.stderr
+    assert run.returncode == 2 and "--only vt_smem: not a variant of the unpatched sources" in run.stderr
     assert "--patch" in run.stderr

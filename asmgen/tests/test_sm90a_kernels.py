@@ -56,6 +56,18 @@ def test_broadcast_index_puts_the_descriptors_in_uniform_registers():
         assert (count(code, "R2UR") < gemms) == broadcasts, entry["name"]
 
 
+def test_staged_epilogues_store_o_in_whole_rows():
+    # staged: per warp 16 rows x 128 columns through stmatrix (four 8x8 blocks per instruction), read back and
+    # stored 16 bytes per lane; the two 4-byte stores left are the log-sum-exp's rows. Direct: 32 4-byte stores of O
+    for entry in sm90a.KERNELS:
+        staged = sm90a.staged_store(entry["dtype"], entry["p_mode"])
+        assert config_of(entry)["kStagedStore"] == ("true" if staged else "false")
+        code = sass.instructions(sass.OBJECTS / entry["file"])
+        stores = (count(code, "STSM.16.M88.4"), count(code, "STG.E.128"), count(code, "STG.E "))
+        assert stores == ((8, 8, 2) if staged else (0, 0, 34)), entry["name"]
+    assert {(k["dtype"], k["p_mode"]) for k in sm90a.KERNELS} > sm90a.DIRECT_STORE_KERNELS
+
+
 def test_report_shows_the_pinned_softmax_of_the_shipped_kernels():
     for entry in sm90a.BF16_KERNELS:
         steady, diagonal = sass.steps(sass.instructions(sass.OBJECTS / entry["file"]))

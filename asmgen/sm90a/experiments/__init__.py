@@ -8,9 +8,8 @@ benchmarks.sm90a_fp8 --variants DIR) and `measure.py --variants DIR` here (the s
 FA3 FP8 in one run: accuracy against the model and float64, then speed) time and check against the model like the
 shipped kernels. A variant equal to its shipped kernel is left out, and so is one that does not fit the registers
 (ptxas spills, which fails the build: reported) or shared memory. Variants that need code the shipped source does
-not hold are kept as patches here (exp2_poly.patch: exponentials on the FMA pipe for a share of exact P's scores,
-measured; staged_store.patch: O through shared memory in 16-byte stores; transpose_v_smem.patch: the FP8 kernels
-make V^T in shared memory, no pre-pass; these two prepared and not yet measured), and the FMA-pipe exponential the
+not hold are kept as patches here (exp2_poly.patch: exponentials on the FMA pipe for a share of exact P's scores;
+transpose_v_smem.patch: the FP8 kernels make V^T in shared memory, no pre-pass; both measured), and the FMA-pipe exponential the
 BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks). --patch builds a
 patch's variants in a copy of the generator with the patch applied, the working tree left as it is; variants built
 from differently patched trees into one DIR share its manifest.
@@ -29,13 +28,11 @@ from pathlib import Path
 from .. import (
     KERNELS,
     MAX_SHARED,
-    RESERVED_SHARED,
     STAGES,
     build,
     config_header,
-    dynamic_shared_bytes,
-    fp8_shared_bytes,
     inspect,
+    shared_bytes,
 )
 
 # name -> (manifest changes, build keywords, the p_modes of the shipped kernels it is built from), per element type
@@ -49,12 +46,17 @@ BF16_VARIANTS = {
     # the warpgroup index broadcast (uniform descriptors) or not, against the shipped choice
     "broadcast": ({"same_results_as_shipped": True}, {"broadcast_index": True}, ("bf16",)),
     "scattered": ({"same_results_as_shipped": True}, {"broadcast_index": False}, ("bf16",)),
+    # O stored straight from the accumulator in 4-byte stores, not staged: bitwise the same results
+    "direct": ({"same_results_as_shipped": True}, {"staged": False}, ("bf16",)),
 }
 FP8_VARIANTS = {
     "stages2": ({"stages": 2}, {}, ("exact",)),  # the K/V^T ring one slot shallower than shipped
     "stages3": ({"stages": 3}, {}, ("lean",)),  # one slot deeper
     "pingpong": ({"schedule": "pingpong"}, {}, ("exact", "lean")),  # ping-pong consumers (spills)
     "scattered": ({}, {"broadcast_index": False}, ("exact", "lean")),  # the warpgroup index not broadcast
+    # the epilogue the other p_mode ships (DIRECT_STORE_KERNELS): bitwise the same results
+    "direct": ({"same_results_as_shipped": True}, {"staged": False}, ("exact",)),
+    "staged": ({"same_results_as_shipped": True}, {"staged": True}, ("lean",)),
 }
 
 
@@ -76,11 +78,7 @@ def build_variants(folder: Path, names=None, dtypes=None) -> list[dict]:
                 continue
             entry = {**kernel, **changes, "name": f"{kernel['name']}_{suffix}",
                      "file": f"{kernel['name']}_{suffix}.cubin"}
-            if kernel["dtype"] == "fp8e4m3":
-                entry["shared_bytes"] = fp8_shared_bytes(entry["d_qk"], entry["d_v"], entry["stages"])
-            else:
-                entry["shared_bytes"] = dynamic_shared_bytes(2, entry["d_qk"], entry["d_v"], entry["stages"]) + \
-                    RESERVED_SHARED
+            entry["shared_bytes"] = shared_bytes(entry, flags.get("staged"))
             if entry["shared_bytes"] > MAX_SHARED or \
                     config_header({**entry, "name": kernel["name"]}, **flags) == config_header(kernel):
                 continue
