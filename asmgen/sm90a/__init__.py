@@ -116,18 +116,19 @@ def shared_bytes(kernel: dict, staged: bool | None = None) -> int:
         RESERVED_SHARED
 
 
-# Consumer schedules: "pingpong" (the two consumer warpgroups alternate issuing their GEMMs) measured faster up to
-# S = 8K on the H200, "independent" (each issues as soon as its inputs are ready) from S = 16K on (docs/sm90a.md).
+# Consumer schedules: "pingpong" (the two consumer warpgroups alternate issuing their GEMMs), faster for short
+# prompts, and "independent" (each issues as soon as its inputs are ready), faster from the crossover below.
 SCHEDULES = ("pingpong", "independent")
-# The sequence length from which the independent consumers serve (measured crossover, docs/sm90a.md): the
-# entries' seqlen_min / seqlen_max, which dispatch reads.
-INDEPENDENT_FROM_SEQLEN = 4096
+# The sequence length from which the independent consumers serve, per d_qk (measured crossovers with the staged
+# epilogue, docs/sm90a.md: at d = 128 ping-pong is 3-4% ahead at S = 1000 and 2-4% behind from 2K; at d_qk = 192
+# it is ahead up to 3K and behind from 4K): the entries' seqlen_min / seqlen_max, which dispatch reads.
+INDEPENDENT_FROM_SEQLEN = {128: 2048, 192: 4096}
 
 
-def _seqlen_range(schedule: str) -> dict:
+def _seqlen_range(d_qk: int, schedule: str) -> dict:
     if schedule == "pingpong":
-        return {"seqlen_min": None, "seqlen_max": INDEPENDENT_FROM_SEQLEN}
-    return {"seqlen_min": INDEPENDENT_FROM_SEQLEN, "seqlen_max": None}
+        return {"seqlen_min": None, "seqlen_max": INDEPENDENT_FROM_SEQLEN[d_qk]}
+    return {"seqlen_min": INDEPENDENT_FROM_SEQLEN[d_qk], "seqlen_max": None}
 
 
 def _entry(dtype: str, d_qk: int, d_v: int, schedule: str, variant: str = "", **fields) -> dict:
@@ -164,7 +165,7 @@ def _bf16_kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
         rowsum="fp32",
         rescale_threshold=tau,
         stages=STAGES,
-        **_seqlen_range(schedule),
+        **_seqlen_range(d_qk, schedule),
         args=ARGS,
     )
 

@@ -100,11 +100,11 @@ def test_plan_refuses_what_the_kernel_cannot_address():
 
 
 def test_kernel_choice_follows_the_manifests_seqlen_ranges():
-    """Ping-pong below the measured crossover, independent from it, at both head dims: read from the entries'
+    """Ping-pong below the measured crossover of each head dim, independent from it: read from the entries'
     [seqlen_min, seqlen_max), which the build writes from asmgen.sm90a. FP8 has one kernel per head dims."""
     for d_qk in (128, 192):
         dims = f"d{d_qk}" if d_qk == 128 else "d192_128"
-        crossover = sources.INDEPENDENT_FROM_SEQLEN
+        crossover = sources.INDEPENDENT_FROM_SEQLEN[d_qk]
         for seqlen, schedule in ((1, "pingpong"), (crossover - 1, "pingpong"), (crossover, "independent"),
                                  (131072, "independent")):
             assert sm90a.find_kernel(torch.bfloat16, d_qk, 128, seqlen).name == f"sm90a_fwd_bf16_{dims}_{schedule}"
@@ -112,7 +112,7 @@ def test_kernel_choice_follows_the_manifests_seqlen_ranges():
             assert sm90a.find_kernel(torch.float8_e4m3fn, d_qk, 128, seqlen).dtype == "fp8e4m3"
     for entry in sources.BF16_KERNELS:
         k = zyfa_kernels.manifest().find("sm90a", name=entry["name"])
-        assert {"seqlen_min": k.seqlen_min, "seqlen_max": k.seqlen_max} == sources._seqlen_range(k.schedule)
+        assert {"seqlen_min": k.seqlen_min, "seqlen_max": k.seqlen_max} == sources._seqlen_range(k.d_qk, k.schedule)
         assert (k.p_mode, k.p_mode_default, k.p_shift, k.rowsum, k.offset_bits) == ("bf16", True, 0, "fp32", 64)
 
 
