@@ -63,13 +63,18 @@ def test_the_transpose_v_smem_patch_builds_fp8_variants_that_read_v_as_stored(tm
     # every FP8 kernel: V's tensor map instead of V^T's, the ldmatrix.trans / stmatrix loop, no local memory, and
     # shared memory within the limit (the raw V slots)
     entries = experiments.build_patched(tmp_path, "transpose_v_smem.patch", ["vt_smem"], ["fp8e4m3"])
-    assert {e["name"] for e in entries} == {f"{k['name']}_vt_smem" for k in sm90a.FP8_KERNELS}
+    # a raw V slot and its two barriers per ring slot: beside the staged epilogue, exact P at d_qk = 192 does not fit
+    raw_v = {k["name"]: k["stages"] * (sm90a.TILE_N * k["d_v"] + 2 * sm90a.BARRIER_BYTES) for k in sm90a.FP8_KERNELS}
+    fitting = {k["name"] for k in sm90a.FP8_KERNELS if k["shared_bytes"] + raw_v[k["name"]] <= sm90a.MAX_SHARED}
+    assert {k["name"] for k in sm90a.FP8_KERNELS} - fitting == {"sm90a_fwd_fp8_d192_128_independent"}
+    assert {e["name"] for e in entries} == {f"{name}_vt_smem" for name in fitting}
     for entry in entries:
         assert not entry["v_transposed"] and entry["args"][2]["name"] == "v"
         assert entry["resources"]["local_bytes"] == 0 and entry["shared_bytes"] <= sm90a.MAX_SHARED
         code = sass.instructions(tmp_path / entry["file"])
-        # the loop over a key group's four pairs of dim chunks is unrolled by two
-        assert sum("LDSM.16.MT88.4" in c for c in code) == 2 and sum("STSM.16.M88.4" in c for c in code) == 2
+        # the loop over a key group's four pairs of dim chunks is unrolled by two (the staged epilogue adds 8 STSM)
+        staging = 8 if sm90a.staged_store(entry["dtype"], entry["p_mode"]) else 0
+        assert sum("LDSM.16.MT88.4" in c for c in code) == 2 and sum("STSM.16.M88.4" in c for c in code) == 2 + staging
 
 
 def test_a_patch_only_variant_without_its_patch_is_refused_by_name(tmp_path):
