@@ -87,9 +87,9 @@ MAX_SHARED = 227 * 1024  # the most one CTA may use on sm_90
 
 # Kernels (dtype, p_mode) whose epilogue stores O straight from the accumulator (kStagedStore false, epilogue.cuh);
 # the others pass it through shared memory and store whole 128-byte rows. Measured on the H200, staged over direct
-# (docs/sm90a.md, "The staged epilogue"): BF16 +1% to +14% at 2K, 0 to +11% at 4K, -2% to +2% from 8K; exact P +4%
-# to +10% at 2K, +1% to +4% at 8K, -1% to +2% at 32K; lean P -2% to -5% from 8K (ptxas schedules its key loop
-# anew: 536 exposed instructions per step instead of 534).
+# (docs/sm90a.md, "The staged epilogue, the in-kernel V^T and sleeping waits"): BF16 +1% to +14% at 2K, 0 to +11% at
+# 4K, -2% to +2% from 8K; exact P +4% to +10% at 2K, +1% to +4% at 8K, -1% to +2% at 32K; lean P -2% to -5% from 8K
+# (ptxas schedules its key loop anew: 536 exposed instructions per step instead of 534).
 DIRECT_STORE_KERNELS = {("fp8e4m3", "lean")}
 
 
