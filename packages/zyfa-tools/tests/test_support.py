@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import zyfa_kernels
@@ -31,9 +32,24 @@ def test_defaults_ranges_and_verification_come_from_the_entries():
     ])
     rows = {(r["target"], r["p_mode"]): r for r in support.matrix(fake)}
     assert rows["sm90a", "exact"]["default"] and not rows["sm90a", "lean"]["default"]
-    assert rows["sm90a", "exact"]["kernels"] == ["a (S in [0, 4096))", "b (S in [4096, inf))"]
+    assert rows["sm90a", "exact"]["kernels"] == ["a (S < 4096)", "b (S >= 4096)"]
     assert rows["gfx950", "lean"]["default"]  # the only p_mode of its configuration
     assert rows["gfx950", "lean"]["verified"] == "simulated"
     assert rows["sm90a", "lean"]["verified"] == "measured on hardware"
-    assert "| sm90a | FP8 e4m3 | 128/128 | exact (default) | a (S in [0, 4096)), b (S in [4096, inf)) |" in \
+    assert "| sm90a | FP8 e4m3 | 128/128 | exact (default) | a (S < 4096), b (S >= 4096) |" in \
         support.markdown(support.matrix(fake))
+
+
+def test_a_row_with_two_offset_widths_names_the_wider():
+    fake = SimpleNamespace(kernels=[kernel("n", "gfx950", "fp8e4m3", "lean", offset_bits=32),
+                                    kernel("w", "gfx950", "fp8e4m3", "lean", offset_bits=64),
+                                    kernel("x", "sm90a", "bf16", "bf16", offset_bits=64, seqlen_min=2048,
+                                           seqlen_max=8192)])
+    rows = {r["target"]: r for r in support.matrix(fake)}
+    assert rows["gfx950"]["kernels"] == ["n", "w (64-bit offsets)"]
+    assert rows["sm90a"]["kernels"] == ["x (2048 <= S < 8192)"]
+
+
+def test_the_readme_shows_the_generated_table():
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    assert support.markdown(support.matrix()) in readme, "regenerate it: python -m zyfa_tools.support"

@@ -3,9 +3,9 @@
     python -m zyfa_tools.support            # the markdown table of the README
 
 One row per (target, dtype, d_qk, d_v, p_mode) of zyfa_kernels.manifest(): the kernels serving it (with their
-sequence-length ranges where the manifest gives them), whether the p_mode is what a call without p_mode gets, and
-how the target's kernels are verified. On the CPU every configuration runs on the reference path (the numerics
-model), which the table does not list.
+sequence-length ranges where the manifest gives them, and the wider offsets where a row has two), whether the
+p_mode is what a call without p_mode gets, and how the target's kernels are verified. On the CPU every
+configuration runs on the reference path (the numerics model), which the table does not list.
 """
 
 from __future__ import annotations
@@ -18,12 +18,16 @@ VERIFICATION = {"sm90a": "measured on hardware", "gfx950": "simulated"}
 DTYPE_NAMES = {"bf16": "BF16", "fp8e4m3": "FP8 e4m3"}
 
 
-def _range(kernel) -> str:
+def _described(kernel, offsets: set) -> str:
+    """The kernel's name with its sequence-length range, and its offset width where its group has two."""
     fields = kernel.fields
+    notes = []
     low, high = fields.get("seqlen_min"), fields.get("seqlen_max")
-    if low is None and high is None:
-        return kernel.name
-    return f"{kernel.name} (S in [{low or 0}, {'inf' if high is None else high}))"
+    if low is not None or high is not None:
+        notes.append(f"S >= {low}" if high is None else f"S < {high}" if low is None else f"{low} <= S < {high}")
+    if len(offsets) > 1 and fields.get("offset_bits") == max(offsets):
+        notes.append(f"{max(offsets)}-bit offsets")
+    return f"{kernel.name} ({', '.join(notes)})" if notes else kernel.name
 
 
 def matrix(manifest=None) -> list[dict]:
@@ -40,9 +44,10 @@ def matrix(manifest=None) -> list[dict]:
     rows = []
     for (target, dtype, d_qk, d_v, p_mode), kernels in sorted(groups.items()):
         flags = [k.fields.get("p_mode_default") for k in kernels]
+        offsets = {k.fields.get("offset_bits") for k in kernels} - {None}
         default = any(flags) if any(f is not None for f in flags) else len(modes[target, dtype, d_qk, d_v]) == 1
         rows.append({"target": target, "dtype": dtype, "d_qk": d_qk, "d_v": d_v, "p_mode": p_mode,
-                     "default": default, "kernels": [_range(k) for k in kernels],
+                     "default": default, "kernels": [_described(k, offsets) for k in kernels],
                      "verified": VERIFICATION.get(target, "not verified")})
     return rows
 
