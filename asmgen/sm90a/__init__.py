@@ -97,24 +97,20 @@ def staged_store(dtype: str, p_mode: str) -> bool:
     return (dtype, p_mode) not in DIRECT_STORE_KERNELS
 
 
-def dynamic_shared_bytes(element_bytes: int, d_qk: int, d_v: int, stages: int, staged: bool) -> int:
-    """Dynamic shared memory of one CTA (pipeline.cuh): a Q tile of 128 rows in boxes of 128 bytes (d_qk = 192 in
-    e4m3 takes two, the second half zeros), `stages` K and V tiles (FP8: V^T), the staged epilogue's rows if
-    `staged`, mbarriers (Q full/empty; per K/V slot K and V full/empty), alignment slack."""
-    q_bytes = -(-d_qk * element_bytes // BOX_ROW_BYTES) * TILE_M * BOX_ROW_BYTES
-    v_bytes = d_v * element_bytes * TILE_N
-    staging = STAGING_BYTES if staged else 0
-    return q_bytes + stages * (q_bytes + v_bytes) + staging + (2 + 4 * stages) * BARRIER_BYTES + SWIZZLE_ALIGN
-
-
 def shared_bytes(kernel: dict, staged: bool | None = None) -> int:
-    """A kernel's shared_bytes (static + dynamic) from its manifest fields; `staged`: its epilogue, if not the
-    measured choice (a measurement variant's)."""
+    """A kernel's shared_bytes (static + dynamic) from its manifest fields, the layout of pipeline.cuh: a Q tile of
+    128 rows in boxes of 128 bytes (d_qk = 192 in e4m3 takes two, the second half zeros), `stages` K and V tiles
+    (FP8: V^T), the staged epilogue's rows (`staged`: if not the measured choice, a measurement variant's), mbarriers
+    (Q full/empty; per K/V slot K and V full/empty), alignment slack, and the system's reservation."""
     if staged is None:
         staged = staged_store(kernel["dtype"], kernel["p_mode"])
     element_bytes = 2 if kernel["dtype"] == "bf16" else 1
-    return dynamic_shared_bytes(element_bytes, kernel["d_qk"], kernel["d_v"], kernel["stages"], staged) + \
-        RESERVED_SHARED
+    q_bytes = -(-kernel["d_qk"] * element_bytes // BOX_ROW_BYTES) * TILE_M * BOX_ROW_BYTES
+    v_bytes = kernel["d_v"] * element_bytes * TILE_N
+    staging = STAGING_BYTES if staged else 0
+    stages = kernel["stages"]
+    return (q_bytes + stages * (q_bytes + v_bytes) + staging + (2 + 4 * stages) * BARRIER_BYTES + SWIZZLE_ALIGN
+            + RESERVED_SHARED)
 
 
 # Consumer schedules: "pingpong" (the two consumer warpgroups alternate issuing their GEMMs), faster for short

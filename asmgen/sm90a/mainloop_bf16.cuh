@@ -68,7 +68,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   uint32_t pf[32];  // P fragments read by the next P V
 
   const ConsumerRing<C> smem_ring{base, lane};
-  const uint32_t stage = base + L::kStaging + (consumer * kThreadsPerWarpgroup / 32 + warp) * kStageBytes;
+  const uint32_t stage = smem_ring.staging(consumer, warp);
 
   for_each_job(p.jobs, p.num_jobs, [&](const Job& job) {
     for_each_tile(job, [&](int tile) {

@@ -104,7 +104,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   float sums[2] = {0.0f, 0.0f};  // row sums of the tile whose P V is in flight
 
   const ConsumerRing<C> smem_ring{base, lane};
-  const uint32_t stage = base + L::kStaging + (consumer * kThreadsPerWarpgroup / 32 + warp) * kStageBytes;
+  const uint32_t stage = smem_ring.staging(consumer, warp);
 
   for_each_job(p.jobs, p.num_jobs, [&](const Job& job) {
     if (job.num_tiles() == 0) return;  // a slot that pads the table: its batch and head are -1

@@ -56,8 +56,8 @@ struct RingPos {
   }
 };
 
-// A consumer warp's view of the ring: the K and V tiles of a slot, and the release of a buffer (one arrival per
-// warp on its "empty" barrier, once the warp's lanes are done with it).
+// A consumer warp's view of the ring: the K and V tiles of a slot, the release of a buffer (one arrival per warp on
+// its "empty" barrier, once the warp's lanes are done with it), and the warp's staging for the epilogue.
 template <class C>
 struct ConsumerRing {
   using L = SharedLayout<C>;
@@ -65,6 +65,10 @@ struct ConsumerRing {
   int lane;
   __device__ uint32_t k_tile(const RingPos<C::kStages>& at) const { return base + L::kK + at.slot * L::kKBytes; }
   __device__ uint32_t v_tile(const RingPos<C::kStages>& at) const { return base + L::kV + at.slot * L::kVBytes; }
+  // The staged epilogue's rows of consumer warpgroup `consumer`'s warp `warp` (C::kStagedStore).
+  __device__ uint32_t staging(int consumer, int warp) const {
+    return base + L::kStaging + (consumer * kThreadsPerWarpgroup / 32 + warp) * kStageBytes;
+  }
   __device__ void release(uint32_t bar) const {
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
