@@ -180,9 +180,10 @@ FP8_STAGES = {"exact": 3, "lean": 2}
 # inputs); the unrounded FP32 p (FA3's way) is back at FA3's error on Gaussian inputs (1.15x ours).
 
 
-# FP8 consumers issue independently at every length: the ping-pong form does not fit its registers (S 64, the
-# block accumulator 64, O 64, P 16 per thread; ptxas spills), see docs/sm90a.md.
-FP8_SCHEDULES = ("independent",)
+# The FP8 consumers' schedule per p_mode, one for every length. Measured on the H200 (docs/sm90a.md, "Probing the
+# ring"), ping-pong over independent: lean P +1% to +7% at 2K-8K and 0 to +2% from 16K (+2% to +8% with the probe
+# both have); exact P -5% to +1%, with the probe -4% to +1%.
+FP8_SCHEDULE = {"exact": "independent", "lean": "pingpong"}
 
 
 # FP8 p_modes: "exact" (the default) and "lean" (the API's p_mode="lean").
@@ -209,8 +210,8 @@ def _fp8_kernel(d_qk: int, d_v: int, schedule: str, p_mode: str) -> dict:
 
 BF16_KERNELS: list[dict] = [_bf16_kernel(d_qk, d_v, tau, schedule)
                             for d_qk, d_v, tau in ((128, 128, 0.5), (192, 128, 8.0)) for schedule in SCHEDULES]
-FP8_KERNELS: list[dict] = [_fp8_kernel(d_qk, 128, schedule, p_mode) for p_mode in FP8_P_MODES for d_qk in (128, 192)
-                           for schedule in FP8_SCHEDULES]
+FP8_KERNELS: list[dict] = [_fp8_kernel(d_qk, 128, FP8_SCHEDULE[p_mode], p_mode) for p_mode in FP8_P_MODES
+                           for d_qk in (128, 192)]
 KERNELS: list[dict] = BF16_KERNELS + FP8_KERNELS
 
 
@@ -229,6 +230,12 @@ SCATTERED_INDEX_KERNELS = {("bf16", 128, "independent")}
 # maxima"), means of three runs for the d = 128 independent kernel: +1-3% from S = 16K, +1% at 8K, -1% to -2% at 4K;
 # at d_qk = 192 -3% to +1% from 8K, and at 2K -3% to -5%.
 VOTE_MAX_KERNELS = {(128, "independent")}
+# Kernels (dtype, p_mode, schedule) whose consumers probe the next step's K and V under the softmax (kProbeRing,
+# pipeline.cuh). Measured on the H200 (docs/sm90a.md, "Probing the ring") against the same kernels without it: FP8
+# exact P in two runs d = 128 -4% to +4% (mean +1%), d_qk = 192 -1% to +9% (mean +3%), its wait for K and V 146 -> 71
+# cycles per key tile (8K); lean P ping-pong -2% to +4% (above +1% in 13 of 20 cells). BF16: -8% to +7% by
+# schedule and length, not taken.
+PROBE_RING_KERNELS = {("fp8e4m3", "exact", "independent"), ("fp8e4m3", "lean", "pingpong")}
 _SCHEDULE_TYPES = {"pingpong": "PingPong", "independent": "Independent"}
 
 
@@ -237,11 +244,12 @@ def _cxx_bool(value: bool) -> str:
 
 
 def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bool | None = None,
-                  broadcast_index: bool | None = None, staged: bool | None = None) -> str:
+                  broadcast_index: bool | None = None, staged: bool | None = None,
+                  probe_ring: bool | None = None) -> str:
     """kernel_config.cuh of one kernel: its symbol and zyfa::Config (config.cuh), from its manifest entry and the
     measured choices above. The keywords are choices a measurement variant makes differently
-    (asmgen/sm90a/experiments; default: PINNED_SCHEDULES, VOTE_MAX_KERNELS, SCATTERED_INDEX_KERNELS and
-    DIRECT_STORE_KERNELS; pin_softmax and vote_max are BF16 choices)."""
+    (asmgen/sm90a/experiments; default: PINNED_SCHEDULES, VOTE_MAX_KERNELS, SCATTERED_INDEX_KERNELS,
+    DIRECT_STORE_KERNELS and PROBE_RING_KERNELS; pin_softmax and vote_max are BF16 choices)."""
     broadcasts = (kernel["dtype"], kernel["d_qk"], kernel["schedule"]) not in SCATTERED_INDEX_KERNELS
     fields = [
         ("int", "kDQk", kernel["d_qk"]),
@@ -251,6 +259,8 @@ def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bo
         ("bool", "kBroadcastIndex", _cxx_bool(broadcasts if broadcast_index is None else broadcast_index)),
         ("bool", "kStagedStore", _cxx_bool(staged_store(kernel["dtype"], kernel["p_mode"]) if staged is None
                                            else staged)),
+        ("bool", "kProbeRing", _cxx_bool((kernel["dtype"], kernel["p_mode"], kernel["schedule"]) in PROBE_RING_KERNELS
+                                         if probe_ring is None else probe_ring)),
     ]
     if kernel["dtype"] == "bf16":
         element = "Bf16"

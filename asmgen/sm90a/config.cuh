@@ -12,6 +12,7 @@
 //     using Schedule = PingPong | Independent;  // how the two consumers issue their GEMMs
 //     static constexpr bool kBroadcastIndex;    // the warpgroup index known warp-uniform to ptxas (kernel.cuh)
 //     static constexpr bool kStagedStore;       // O leaves through shared memory in 16-byte stores (epilogue.cuh)
+//     static constexpr bool kProbeRing;         // the next step's K and V probed under the softmax (pipeline.cuh)
 //     // BF16:
 //     static constexpr bool kPinSoftmax;        // the softmax held ahead of the P V wait (softmax_bf16.cuh)
 //     static constexpr bool kVoteMax;           // the row maxima's quad reductions behind a warp vote

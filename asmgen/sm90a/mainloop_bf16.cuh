@@ -69,6 +69,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
 
   const ConsumerRing<C> smem_ring{base, lane};
   const uint32_t stage = smem_ring.staging(consumer, warp);
+  LoadProbe<C> loads;
 
   for_each_job(p.jobs, p.num_jobs, [&](const Job& job) {
     for_each_tile(job, [&](int tile) {
@@ -89,6 +90,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         wgmma_commit();
       });
       wgmma_wait<0>();
+      loads.probe(bars, ring);
       fence_regs(s);
       smem_ring.release(bars.k_empty(ring.slot));
       if (tile == 0) {
@@ -103,8 +105,8 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       // One key tile after the first: S of this tile and P V of the previous one in flight together.
       auto step = [&](auto diagonal) {
         if (turn.leads()) {
-          mbar_wait(bars.k_full(ring.slot), ring.parity);
-          mbar_wait(bars.v_full(prev.slot), prev.parity);
+          loads.wait_k(bars, ring);
+          loads.wait_v(bars, prev);
         }
         turn.issue([&] {
           issue_qk<C>(s, q_rows, smem_ring.k_tile(ring));
@@ -113,6 +115,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
           wgmma_commit();
         });
         wgmma_wait<1>();  // S of this tile is ready; P V of the previous one may still run
+        loads.probe(bars, ring);
         fence_regs(s);
         if constexpr (!C::kPinSoftmax) smem_ring.release(bars.k_empty(ring.slot));
         if constexpr (decltype(diagonal)::value) {
@@ -134,7 +137,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       if (tile > 0) step(std::true_type{});  // only the diagonal tile needs the causal mask
 
       // P V of the last key tile.
-      mbar_wait(bars.v_full(prev.slot), prev.parity);
+      loads.wait_v(bars, prev);
       turn.issue([&] {
         issue_pv<C>(o, pf, smem_ring.v_tile(prev));
         wgmma_commit();

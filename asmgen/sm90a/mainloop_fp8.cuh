@@ -105,6 +105,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
 
   const ConsumerRing<C> smem_ring{base, lane};
   const uint32_t stage = smem_ring.staging(consumer, warp);
+  LoadProbe<C> loads;
 
   for_each_job(p.jobs, p.num_jobs, [&](const Job& job) {
     if (job.num_tiles() == 0) return;  // a slot that pads the table: its batch and head are -1
@@ -129,6 +130,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         wgmma_commit();
       });
       wgmma_wait<0>();
+      loads.probe(bars, ring);
       fence_regs(s);
       smem_ring.release(bars.k_empty(ring.slot));
       if (tile == 0) {
@@ -143,8 +145,8 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       // One key tile after the first: S of this tile and P V of the previous one in flight together.
       auto step = [&](auto diagonal) {
         if (turn.leads()) {
-          mbar_wait(bars.k_full(ring.slot), ring.parity);
-          mbar_wait(bars.v_full(prev.slot), prev.parity);
+          loads.wait_k(bars, ring);
+          loads.wait_v(bars, prev);
         }
         turn.issue([&] {
           issue_qk_e4m3<C>(s, q_rows, smem_ring.k_tile(ring));
@@ -153,6 +155,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
           wgmma_commit();
         });
         wgmma_wait<0>();  // both: the other consumer's GEMMs run under this one's softmax
+        loads.probe(bars, ring);
         fence_acc(acc);
         smem_ring.release(bars.v_empty(prev.slot));
         add_tile(o, st, acc, sums);
@@ -171,7 +174,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       for (int kt = 1; kt < tile; ++kt) step(std::false_type{});
       if (tile > 0) step(std::true_type{});
       // The last tile's P V.
-      mbar_wait(bars.v_full(prev.slot), prev.parity);
+      loads.wait_v(bars, prev);
       turn.issue([&] {
         issue_pv_e4m3<C>(acc, pf, smem_ring.v_tile(prev));
         wgmma_commit();

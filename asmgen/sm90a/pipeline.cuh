@@ -56,6 +56,28 @@ struct RingPos {
   }
 };
 
+// C::kProbeRing: right after a step's GEMM wait, a consumer probes whether the next step's K (the slot after `at`)
+// and V (slot `at`) have landed (mbar_test, no waiting); the next step skips the waits found done. The barrier
+// checks' latency then hides under the softmax instead of standing before the next GEMM issue.
+template <class C>
+struct LoadProbe {
+  bool k_loaded = false, v_loaded = false;
+  __device__ __forceinline__ void probe(const Barriers& bars, const RingPos<C::kStages>& at) {
+    if constexpr (C::kProbeRing) {
+      RingPos<C::kStages> next = at;
+      next.advance();
+      k_loaded = mbar_test(bars.k_full(next.slot), next.parity);
+      v_loaded = mbar_test(bars.v_full(at.slot), at.parity);
+    }
+  }
+  __device__ __forceinline__ void wait_k(const Barriers& bars, const RingPos<C::kStages>& at) const {
+    if (!k_loaded) mbar_wait(bars.k_full(at.slot), at.parity);
+  }
+  __device__ __forceinline__ void wait_v(const Barriers& bars, const RingPos<C::kStages>& at) const {
+    if (!v_loaded) mbar_wait(bars.v_full(at.slot), at.parity);
+  }
+};
+
 // A consumer warp's view of the ring: the K and V tiles of a slot, the release of a buffer (one arrival per warp on
 // its "empty" barrier, once the warp's lanes are done with it), and the warp's staging for the epilogue.
 template <class C>

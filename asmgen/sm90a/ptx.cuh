@@ -52,6 +52,22 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   } while (!done);
 }
 
+// Whether the phase of `parity` of the mbarrier at `bar` has completed, without waiting: a probe whose latency can hide
+// under other work, long before the wait it may save.
+__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done;
+}
+
 // ---- TMA ----------------------------------------------------------------------------------------------------------
 
 __device__ __forceinline__ void tma_prefetch_map(const TensorMap* map) {

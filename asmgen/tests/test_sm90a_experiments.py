@@ -32,7 +32,9 @@ def test_vote_variants_vote_where_the_shipped_kernels_do_not(tmp_path):
 
 def test_scattered_variants_rebuild_the_kernels_without_the_broadcast_index(tmp_path):
     entries = experiments.build_variants(tmp_path, ["scattered"], ["fp8e4m3"])
-    assert {e["name"] for e in entries} == {f"{k['name']}_scattered" for k in sm90a.FP8_KERNELS}
+    # the ping-pong (lean P) kernels spill without the uniform descriptors, and are left out
+    assert {e["name"] for e in entries} == {f"{k['name']}_scattered" for k in sm90a.FP8_KERNELS
+                                            if k["schedule"] == "independent"}
     for entry in entries:
         code = sass.instructions(tmp_path / entry["file"])
         assert sum("R2UR" in c for c in code) > sum("GMMA" in c for c in code)  # descriptors cross one by one

@@ -48,15 +48,21 @@ BF16_VARIANTS = {
     "scattered": ({"same_results_as_shipped": True}, {"broadcast_index": False}, ("bf16",)),
     # O stored straight from the accumulator in 4-byte stores, not staged: bitwise the same results
     "direct": ({"same_results_as_shipped": True}, {"staged": False}, ("bf16",)),
+    # the next step's K and V probed under the softmax (kProbeRing): bitwise the same results
+    "probe": ({"same_results_as_shipped": True}, {"probe_ring": True}, ("bf16",)),
 }
 FP8_VARIANTS = {
     "stages2": ({"stages": 2}, {}, ("exact",)),  # the K/V^T ring one slot shallower than shipped
     "stages3": ({"stages": 3}, {}, ("lean",)),  # one slot deeper
-    "pingpong": ({"schedule": "pingpong"}, {}, ("exact", "lean")),  # ping-pong consumers (spills)
+    # ping-pong consumers: the same arithmetic per consumer, so bitwise the same results
+    "pingpong": ({"schedule": "pingpong", "same_results_as_shipped": True}, {}, ("exact",)),
+    "pingpong_probe": ({"schedule": "pingpong", "same_results_as_shipped": True}, {"probe_ring": True}, ("exact",)),
+    "independent": ({"schedule": "independent", "same_results_as_shipped": True}, {}, ("lean",)),
     "scattered": ({}, {"broadcast_index": False}, ("exact", "lean")),  # the warpgroup index not broadcast
     # the epilogue the other p_mode ships (DIRECT_STORE_KERNELS): bitwise the same results
     "direct": ({"same_results_as_shipped": True}, {"staged": False}, ("exact",)),
     "staged": ({"same_results_as_shipped": True}, {"staged": True}, ("lean",)),
+    "no_probe": ({"same_results_as_shipped": True}, {"probe_ring": False}, ("exact", "lean")),
 }
 
 
