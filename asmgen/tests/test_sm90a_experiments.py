@@ -84,3 +84,28 @@ def test_a_patch_only_variant_without_its_patch_is_refused_by_name(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 2 and "--only vt_smem: not a variant of the unpatched sources" in run.stderr
     assert "--patch" in run.stderr
+
+
+def test_the_timing_patch_builds_timed_fp8_variants_whose_sums_the_reader_averages(tmp_path):
+    from asmgen.sm90a.experiments import timing
+
+    entries = experiments.build_patched(tmp_path, "timing.patch", ["timed", "timed_pingpong"], ["fp8e4m3"])
+    # exact P in both schedules, lean P in the one it ships (ping-pong), at both head dims
+    assert {(e["p_mode"], e["schedule"]) for e in entries} == {("exact", "independent"), ("exact", "pingpong"),
+                                                                ("lean", "pingpong")}
+    assert len(entries) == 6
+    for entry in entries:
+        assert entry["timed"] and entry["resources"]["local_bytes"] == 0
+        code = sass.instructions(tmp_path / entry["file"])
+        assert sum("SR_CLOCKLO" in c for c in code) >= 10  # the laps of the first tile, the steps and the last P V
+    # two CTAs: consumer warp 0 of each warpgroup, 10 steps, the phases in the patch's order
+    phases = len(timing.PHASES)
+    sums = [0] * (2 * timing.CONSUMER_WARPS * phases)
+    for cta, scale in ((0, 1), (1, 3)):
+        for consumer in (0, 1):
+            base = (cta * timing.CONSUMER_WARPS + 4 * consumer) * phases
+            sums[base:base + 4] = [100 * scale, 200 * scale, 300 * scale, (1000 + consumer) * scale]
+            sums[base + timing.PHASES.index("steps")] = 10
+    rows = timing.per_step(sums, grid=2)
+    assert [row["consumer"] for row in rows] == [0, 1]
+    assert rows[0]["kv_wait"] == 20 and rows[0]["softmax"] == 200 and rows[1]["softmax"] == 200.2
