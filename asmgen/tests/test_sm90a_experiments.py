@@ -109,3 +109,23 @@ def test_the_timing_patch_builds_timed_fp8_variants_whose_sums_the_reader_averag
     rows = timing.per_step(sums, grid=2)
     assert [row["consumer"] for row in rows] == [0, 1]
     assert rows[0]["kv_wait"] == 20 and rows[0]["softmax"] == 200 and rows[1]["softmax"] == 200.2
+
+
+def test_the_alternate_patch_puts_each_steps_exponentials_inside_a_turn(tmp_path):
+    entries = experiments.build_patched(tmp_path, "alternate.patch", ["alternate"], ["fp8e4m3"])
+    assert {(e["p_mode"], e["d_qk"]) for e in entries} == {(p, d) for p in ("exact", "lean") for d in (128, 192)}
+    for entry in entries:
+        assert entry["schedule"] == "alternate" and entry["same_results_as_shipped"]
+        assert entry["resources"]["local_bytes"] == 0
+        if entry["p_mode"] != "exact":
+            continue
+        code = sass.instructions(tmp_path / entry["file"])
+        waits = [i for i, c in enumerate(code) if sass.PV_WAIT in c]
+        for wait, following in zip(waits, waits[1:]):
+            body = code[wait + 1:following]
+            first_exp = next((i for i, c in enumerate(body) if "MUFU.EX2" in c), None)
+            if first_exp is None:  # the epilogue's wait: no softmax follows
+                continue
+            # the turn is taken after the GEMM wait and before the first exponential, given back after the issue
+            assert any("BAR.SYNC" in c for c in body[:first_exp])
+            assert sum("BAR.ARV" in c for c in body[first_exp:]) <= 1
