@@ -121,7 +121,7 @@ def test_the_alternate_patch_puts_each_steps_exponentials_inside_a_turn(tmp_path
             continue
         code = sass.instructions(tmp_path / entry["file"])
         waits = [i for i, c in enumerate(code) if sass.PV_WAIT in c]
-        for wait, following in zip(waits, waits[1:]):
+        for wait, following in zip(waits[:-1], waits[1:], strict=True):
             body = code[wait + 1:following]
             first_exp = next((i for i, c in enumerate(body) if "MUFU.EX2" in c), None)
             if first_exp is None:  # the epilogue's wait: no softmax follows
