@@ -182,7 +182,7 @@ FP8_STAGES = {"exact": 3, "lean": 2}
 
 # The FP8 consumers' schedule per p_mode, one for every length. Measured on the H200 (docs/sm90a.md, "Probing the
 # ring"), ping-pong over independent: lean P +1% to +7% at 2K-8K and 0 to +2% from 16K (+2% to +8% with the probe
-# both have); exact P -5% to +1%, with the probe -4% to +1%.
+# both have); exact P -5% to +1%, with the probe -6% to +1%.
 FP8_SCHEDULE = {"exact": "independent", "lean": "pingpong"}
 
 
@@ -230,12 +230,11 @@ SCATTERED_INDEX_KERNELS = {("bf16", 128, "independent")}
 # maxima"), means of three runs for the d = 128 independent kernel: +1-3% from S = 16K, +1% at 8K, -1% to -2% at 4K;
 # at d_qk = 192 -3% to +1% from 8K, and at 2K -3% to -5%.
 VOTE_MAX_KERNELS = {(128, "independent")}
-# Kernels (dtype, p_mode, schedule) whose consumers probe the next step's K and V under the softmax (kProbeRing,
-# pipeline.cuh). Measured on the H200 (docs/sm90a.md, "Probing the ring") against the same kernels without it: FP8
-# exact P in two runs d = 128 -4% to +4% (mean +1%), d_qk = 192 -1% to +9% (mean +3%), its wait for K and V 146 -> 71
-# cycles per key tile (8K); lean P ping-pong -2% to +4% (above +1% in 13 of 20 cells). BF16: -8% to +7% by
-# schedule and length, not taken.
-PROBE_RING_KERNELS = {("fp8e4m3", "exact", "independent"), ("fp8e4m3", "lean", "pingpong")}
+# Element types whose consumers probe the next step's K and V under the softmax (kProbeRing, pipeline.cuh). Measured
+# on the H200 (docs/sm90a.md, "Probing the ring") against the same kernels without it: FP8 exact P in two runs
+# d = 128 -4% to +4% (mean +1%), d_qk = 192 -1% to +9% (mean +3%), its wait for K and V 146 -> 71 cycles per key tile
+# (8K); lean P ping-pong -2% to +4% (above +1% in 13 of 20 cells). BF16: -8% to +7% by schedule and length, not taken.
+PROBE_RING_DTYPES = {"fp8e4m3"}
 _SCHEDULE_TYPES = {"pingpong": "PingPong", "independent": "Independent"}
 
 
@@ -249,7 +248,7 @@ def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bo
     """kernel_config.cuh of one kernel: its symbol and zyfa::Config (config.cuh), from its manifest entry and the
     measured choices above. The keywords are choices a measurement variant makes differently
     (asmgen/sm90a/experiments; default: PINNED_SCHEDULES, VOTE_MAX_KERNELS, SCATTERED_INDEX_KERNELS,
-    DIRECT_STORE_KERNELS and PROBE_RING_KERNELS; pin_softmax and vote_max are BF16 choices)."""
+    DIRECT_STORE_KERNELS and PROBE_RING_DTYPES; pin_softmax and vote_max are BF16 choices)."""
     broadcasts = (kernel["dtype"], kernel["d_qk"], kernel["schedule"]) not in SCATTERED_INDEX_KERNELS
     fields = [
         ("int", "kDQk", kernel["d_qk"]),
@@ -259,8 +258,7 @@ def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bo
         ("bool", "kBroadcastIndex", _cxx_bool(broadcasts if broadcast_index is None else broadcast_index)),
         ("bool", "kStagedStore", _cxx_bool(staged_store(kernel["dtype"], kernel["p_mode"]) if staged is None
                                            else staged)),
-        ("bool", "kProbeRing", _cxx_bool((kernel["dtype"], kernel["p_mode"], kernel["schedule"]) in PROBE_RING_KERNELS
-                                         if probe_ring is None else probe_ring)),
+        ("bool", "kProbeRing", _cxx_bool(kernel["dtype"] in PROBE_RING_DTYPES if probe_ring is None else probe_ring)),
     ]
     if kernel["dtype"] == "bf16":
         element = "Bf16"
