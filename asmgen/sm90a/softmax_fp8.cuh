@@ -79,6 +79,35 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[16])
     }
 }
 
+// This lane's part of the row sums of a tile: the rounded P from the packed e4m3 fragments, in f16x2 (exact
+// conversion, rounded additions) then FP32 (the ones columns of an N = 136 product lose the small probabilities of
+// a tile with an attention sink in the tensor core's 13-bit accumulator: docs/sm90a.md). The quad's four parts are
+// added at the end of the query tile.
+__device__ __forceinline__ void tile_sums(const uint32_t (&pf)[16], float (&sums)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint32_t part[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {  // fragment registers 4k + h and 4k + h + 2 hold row half h
+      uint32_t a, b, c, d;
+      unpack_e4m3x4(pf[4 * k + h], a, b);
+      unpack_e4m3x4(pf[4 * k + h + 2], c, d);
+      part[k] = hadd2(hadd2(a, b), hadd2(c, d));
+    }
+    sums[h] = f16x2_sum(hadd2(part[0], part[1])) + f16x2_sum(hadd2(part[2], part[3]));
+  }
+}
+
+// O and l by the factors of a tile whose maximum moved (row_maxima).
+__device__ __forceinline__ void rescale(float (&o)[64], RowState& st, const float (&factor)[2]) {
+  if (factor[0] != 1.0f || factor[1] != 1.0f) {
+#pragma unroll
+    for (int r = 0; r < 64; ++r) o[r] *= factor[acc_half(r)];
+    st.l[0] *= factor[0];
+    st.l[1] *= factor[1];
+  }
+}
+
 // The softmax of one key tile: row maxima (factor for O and l), then P as e4m3 A fragments.
 template <class C>
 __device__ __forceinline__ void probabilities(float (&s)[64], RowState& st, float c, float (&factor)[2],
