@@ -89,15 +89,20 @@ def test_a_patch_only_variant_without_its_patch_is_refused_by_name(tmp_path):
 def test_the_timing_patch_builds_timed_fp8_variants_whose_sums_the_reader_averages(tmp_path):
     from asmgen.sm90a.experiments import timing
 
-    entries = experiments.build_patched(tmp_path, "timing.patch", ["timed", "timed_pingpong"], ["fp8e4m3"])
-    # exact P in both schedules, lean P in the one it ships (ping-pong), at both head dims
+    entries = experiments.build_patched(tmp_path, "timing.patch", ["timed", "timed_pingpong", "timed_fine"],
+                                        ["fp8e4m3"])
+    # exact P in both schedules, lean P in the one it ships (ping-pong), at both head dims; the fine laps for exact P
     assert {(e["p_mode"], e["schedule"]) for e in entries} == {("exact", "independent"), ("exact", "pingpong"),
                                                                 ("lean", "pingpong")}
-    assert len(entries) == 6
+    assert len(entries) == 8
+    laps = {}
     for entry in entries:
         assert entry["timed"] and entry["resources"]["local_bytes"] == 0
         code = sass.instructions(tmp_path / entry["file"])
-        assert sum("SR_CLOCKLO" in c for c in code) >= 10  # the laps of the first tile, the steps and the last P V
+        laps[entry["name"]] = sum("SR_CLOCKLO" in c for c in code)
+        assert laps[entry["name"]] >= 10  # the laps of the first tile, the steps and the last P V
+    for d in ("d128", "d192_128"):  # four laps more in each of the two step instances (steady, diagonal)
+        assert laps[f"sm90a_fwd_fp8_{d}_independent_timed_fine"] == laps[f"sm90a_fwd_fp8_{d}_independent_timed"] + 8
     # two CTAs: consumer warp 0 of each warpgroup, 10 steps, the phases in the patch's order
     phases = len(timing.PHASES)
     sums = [0] * (2 * timing.CONSUMER_WARPS * phases)
@@ -129,3 +134,17 @@ def test_the_alternate_patch_puts_each_steps_exponentials_inside_a_turn(tmp_path
             # the turn is taken after the GEMM wait and before the first exponential, given back after the issue
             assert any("BAR.SYNC" in c for c in body[:first_exp])
             assert sum("BAR.ARV" in c for c in body[first_exp:]) <= 1
+
+
+def test_each_microbenchmark_loop_holds_the_instructions_it_measures(tmp_path):
+    from asmgen.sm90a.experiments import microbench
+
+    microbench.build(tmp_path)  # raises where a loop and its claim differ
+    mixes = microbench.loop_mixes(tmp_path / "pipes.cubin")
+    assert microbench.count(mixes["pipe_ex2"], "MUFU.EX2") == 8
+    assert microbench.count(mixes["pipe_ex2"], "FMNMX") == 0
+    step = microbench.loop_mixes(tmp_path / "softmax_alone.cubin")["softmax_all"]
+    assert microbench.count(step, "FFMA") == 64 and microbench.count(step, "HADD2") > 0  # the whole step
+    # and the check can fail: a claim that a loop does not hold is reported by kernel
+    problems = microbench.check(tmp_path / "pipes.cubin", {"pipe_ex2": {"FMNMX": 8}, "pipe_missing": {}})
+    assert [p.split(":")[0] for p in problems] == ["pipe_ex2", "pipe_missing"]

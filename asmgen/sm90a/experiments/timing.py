@@ -1,6 +1,6 @@
 """Where an FP8 consumer's key-tile step spends its cycles, from the timed variants on an H100/H200.
 
-    python -m asmgen.sm90a.experiments DIR --patch timing.patch --only timed timed_pingpong
+    python -m asmgen.sm90a.experiments DIR --patch timing.patch --only timed timed_pingpong timed_fine
     python -m asmgen.sm90a.experiments.timing DIR [--seqlens 2048 8192 ...] > timing.md
 
 timing.patch gives the FP8 main loop a stopwatch (`%clock` reads at the phase boundaries, no other change to the
@@ -8,7 +8,9 @@ loop): each consumer warp sums the cycles it spends waiting for K and V, issuing
 included), waiting for them, and in the rest of the step (the softmax, the O += acc and the row sums), plus the
 epilogue and the Q waits, and lane 0 writes the sums where lse would go (the variant stores no lse). This script
 runs each timed kernel of DIR's manifest on Gaussian inputs and prints, per kernel, shape and consumer warpgroup,
-the cycles per key-tile step of each phase (CTAs averaged, warp 0 of each consumer warpgroup). Progress to stderr.
+the cycles per key-tile step of each phase (CTAs averaged, warp 0 of each consumer warpgroup); the timed_fine
+variants also split the softmax phase into its parts (the other variants leave those columns empty: -). Progress to
+stderr.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import sys
 from pathlib import Path
 
 # The stopwatch's sums per consumer warp, in timing.patch's order (its enum Phase).
-PHASES = ("kv_wait", "issue", "gemm_wait", "softmax", "epilogue", "q_wait", "steps", "total")
-STEP_PHASES = PHASES[:4]  # the phases of a key-tile step
+PHASES = ("kv_wait", "issue", "gemm_wait", "softmax", "epilogue", "q_wait", "steps", "total",
+          "pre", "row_maxima", "exponentials", "packing")
+STEP_PHASES = PHASES[:4] + PHASES[8:]  # the phases of a key-tile step; the last four only with kTimedFine
 CONSUMER_WARPS = 8
 
 
@@ -57,8 +60,9 @@ def main() -> int:
     if not kernels:
         ap.error(f"{args.folder}: no timed variants in its manifest (build them with --patch timing.patch)")
     grid = sm90a.multiprocessors(torch.cuda.current_device())
-    print("| kernel | S | heads | consumer | cycles per step: K/V wait | GEMM issue | GEMM wait | softmax |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| kernel | S | heads | consumer | cycles per step: K/V wait | GEMM issue | GEMM wait | softmax (fine: the "
+          "rest) | fine: probe, releases, O += acc | row maxima | exponentials | packing |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     torch.manual_seed(0)
     for kernel in kernels:
         for seqlen in args.seqlens:
@@ -74,7 +78,8 @@ def main() -> int:
                 sums = lse.reshape(-1).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
                 for row in per_step(sums, grid):
                     print(f"| {kernel.name} | {seqlen} | {heads}/{heads_k} | {row['consumer']} | "
-                          + " | ".join(f"{row[phase]:.0f}" for phase in STEP_PHASES) + " |", flush=True)
+                          + " | ".join(f"{row[phase]:.0f}" if row[phase] else "-" for phase in STEP_PHASES) + " |",
+                          flush=True)
     return 0
 
 

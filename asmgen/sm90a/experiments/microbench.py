@@ -1,0 +1,225 @@
+"""Microbenchmarks of the FP8 softmax on an H100/H200: the pipes its instructions use, and its step on registers.
+
+    python -m asmgen.sm90a.experiments.microbench build DIR   # here: nvcc, and each loop's SASS checked
+    python -m asmgen.sm90a.experiments.microbench run DIR     # on the GPU: the tables, markdown on stdout
+
+pipes.cu: one kernel per instruction type (or pair), eight independent chains in a loop; cycles per loop iteration
+and SM sub-partition at 1, 2 and 4 warps per sub-partition, and at 4 the cycles per instruction (for a pair: the
+sum of its two rates means the two share a pipe, their maximum that they do not). softmax_alone.cu: the FP8
+consumer's exact-P softmax step (softmax_fp8.cuh) in a loop without the kernel
+around it, whole, as lean P, or without one part, at 1 and 2 warps per sub-partition (the cycles per step that a
+sub-partition completes), and beside another warpgroup's back-to-back QK^T-shaped wgmmas. The build checks that each
+loop holds the instructions it claims (KERNELS), so that a number measures what its name says. The driver is called
+through ctypes (libcuda), the buffers come from torch; progress to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import ctypes
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from .. import SOURCE_DIR, compile_cubin, cuobjdump
+
+HERE = Path(__file__).parent
+ITERATIONS = {"pipes": 4096, "softmax_alone": 256}
+GEMM_SHARED_BYTES = 32768  # softmax_beside_*: a 64 x 128 and a 128 x 128 e4m3 tile, 1024-byte aligned
+GEMM_GROUP_CYCLES = 256  # four m64n128k32 e4m3 wgmmas: 64 * 128 * 128 FMA at 4096 per cycle and SM
+SUBPARTITIONS = 4
+
+# Per kernel: the instructions of one loop iteration that it measures (SASS opcode prefix -> count). The build
+# checks them; the pipe kernels' cycles per instruction come from them. The softmax's are the shipped step's.
+_STEP = {"MUFU.EX2": 66, "FMNMX": 74, "F2FP.SATFINITE.E4M3": 32, "F2FP.F16.E4M3.UNPACK_B": 32}
+KERNELS = {
+    "pipes": {
+        "pipe_ex2": {"MUFU.EX2": 8},
+        "pipe_ffma": {"FFMA": 8},
+        "pipe_fmnmx": {"FMNMX": 8},
+        "pipe_hadd2": {"HADD2": 4, "HFMA2.MMA": 4},
+        "pipe_prmt": {"PRMT": 8},
+        "pipe_shf": {"SHF": 8},
+        "pipe_pack_e4m3": {"F2FP.SATFINITE.E4M3": 16, "PRMT": 8},
+        "pipe_unpack_e4m3": {"F2FP.F16.E4M3.UNPACK_B": 8},
+        "pipe_pack_bf16": {"F2FP.BF16.F32.PACK_AB": 8},
+        "pipe_ex2_and_pack_e4m3": {"MUFU.EX2": 4, "F2FP.SATFINITE.E4M3": 8, "PRMT": 4},
+        "pipe_ex2_and_unpack_e4m3": {"MUFU.EX2": 4, "F2FP.F16.E4M3.UNPACK_B": 4},
+        "pipe_ex2_and_pack_bf16": {"MUFU.EX2": 4, "F2FP.BF16.F32.PACK_AB": 4},
+        "pipe_ex2_and_fmnmx": {"MUFU.EX2": 4, "FMNMX": 4},
+        "pipe_pack_and_unpack_e4m3": {"F2FP.SATFINITE.E4M3": 8, "F2FP.F16.E4M3.UNPACK_B": 4, "PRMT": 4},
+    },
+    "softmax_alone": {
+        "softmax_all": _STEP,
+        "softmax_lean_p": {"MUFU.EX2": 2, "FFMA.SAT": 64, "PRMT": 48, "F2FP.F16.E4M3.UNPACK_B": 32},
+        "softmax_no_row_sums": {**_STEP, "F2FP.F16.E4M3.UNPACK_B": 0},
+        "softmax_no_row_maxima": {**_STEP, "MUFU.EX2": 64, "FMNMX": 0},
+        "softmax_no_add_tile": _STEP,
+        "softmax_beside_idle": _STEP,
+        "softmax_beside_gemm": _STEP,
+    },
+}
+_FUNCTION = re.compile(r"\n\s*Function : (\S+)")
+_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
+_BRANCH = re.compile(r"\bBRA\b[^;]*?0x([0-9a-f]+)")
+
+
+def build(folder: Path) -> list[Path]:
+    """The two cubins in `folder`, compiled like the kernels (spills fail), each loop checked against KERNELS."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {src.name: src.read_text() for src in SOURCE_DIR.glob("*.cuh")}
+    cubins = []
+    for source in KERNELS:
+        files[f"{source}.cu"] = (HERE / f"{source}.cu").read_text()
+        cubin = folder / f"{source}.cubin"
+        compile_cubin(source, files, f"{source}.cu", cubin)
+        problems = check(cubin, KERNELS[source])
+        if problems:
+            raise RuntimeError(f"{cubin.name}: " + "; ".join(problems))
+        cubins.append(cubin)
+    return cubins
+
+
+def loop_mixes(cubin: Path) -> dict[str, collections.Counter]:
+    """Per kernel of `cubin`, the opcode counts of its largest loop (the span of its longest backward branch)."""
+    sass = subprocess.run([cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    parts = _FUNCTION.split(sass)
+    mixes = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        code = [(int(address, 16), text.strip()) for address, text in _LINE.findall(body)]
+        spans = [(int(match.group(1), 16), address) for address, text in code
+                 if (match := _BRANCH.search(text)) and int(match.group(1), 16) < address]
+        start, end = max(spans, key=lambda span: span[1] - span[0], default=(0, -1))
+        mixes[name] = collections.Counter(_opcode(text) for address, text in code if start <= address <= end)
+    return mixes
+
+
+def _opcode(text: str) -> str:
+    words = text.split()
+    return words[1] if words[0].startswith("@") else words[0]
+
+
+def count(mix: collections.Counter, prefix: str) -> int:
+    """Instructions of `mix` whose opcode is `prefix` or starts with `prefix.`"""
+    return sum(n for opcode, n in mix.items() if opcode == prefix or opcode.startswith(prefix + "."))
+
+
+def check(cubin: Path, claims: dict[str, dict[str, int]]) -> list[str]:
+    """Where a kernel's loop does not hold the instructions KERNELS says it measures."""
+    mixes = loop_mixes(cubin)
+    problems = []
+    for kernel, claim in claims.items():
+        mix = mixes.get(kernel)
+        if mix is None:
+            problems.append(f"{kernel}: not in the cubin")
+            continue
+        wrong = {prefix: count(mix, prefix) for prefix, n in claim.items() if count(mix, prefix) != n}
+        if wrong:
+            problems.append(f"{kernel}: loop holds {wrong}, claimed {claim}")
+    return problems
+
+
+class _Driver:
+    """The few driver calls the microbenchmarks need (the CUDA context is torch's)."""
+
+    def __init__(self):
+        import torch
+
+        torch.zeros(1, device="cuda")  # a current context
+        self.torch = torch
+        self.cu = ctypes.CDLL("libcuda.so.1")
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
+        self.name = torch.cuda.get_device_name()
+
+    def functions(self, cubin: Path, names) -> dict[str, ctypes.c_void_p]:
+        module = ctypes.c_void_p()
+        self._ok(self.cu.cuModuleLoadData(ctypes.byref(module), cubin.read_bytes()), f"loading {cubin.name}")
+        out = {}
+        for name in names:
+            function = ctypes.c_void_p()
+            self._ok(self.cu.cuModuleGetFunction(ctypes.byref(function), module, name.encode()), name)
+            out[name] = function
+        return out
+
+    def cycles(self, function, threads: int, iters: int, shared: int = 0):
+        """Each warp's cycles (or, in softmax_beside_gemm's second warpgroup, its wgmma groups), (CTA, warp), for a
+        launch of one CTA per SM (the second of two launches); None where the launch is refused (registers)."""
+        torch = self.torch
+        cycles = torch.zeros(self.sms, threads // 32, dtype=torch.int32, device="cuda")
+        sink = torch.zeros(self.sms * threads, dtype=torch.int32, device="cuda")
+        args = [ctypes.c_uint64(cycles.data_ptr()), ctypes.c_uint64(sink.data_ptr()), ctypes.c_int(iters)]
+        params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args])
+        for _ in range(2):
+            if self.cu.cuLaunchKernel(function, self.sms, 1, 1, threads, 1, 1, shared, None, params, None) != 0:
+                return None
+        torch.cuda.synchronize()
+        return cycles.double()
+
+    @staticmethod
+    def _ok(result: int, what: str) -> None:
+        if result != 0:
+            raise RuntimeError(f"CUDA driver error {result} ({what})")
+
+
+def run(folder: Path) -> str:
+    """The tables, markdown."""
+    driver = _Driver()
+    rows = [f"Measured on {driver.name} ({driver.sms} SMs), one CTA per SM.", "",
+            f"| pipe kernel | cycles per iteration and sub-partition: 1 warp | 2 warps | 4 warps | cycles per "
+            f"instruction at 4 warps ({ITERATIONS['pipes']} iterations) |", "|---|---|---|---|---|"]
+    pipes = KERNELS["pipes"]
+    for name, function in driver.functions(folder / "pipes.cubin", pipes).items():
+        print(name, file=sys.stderr)
+        per_iteration = []
+        for warps in (1, 2, 4):
+            cycles = driver.cycles(function, 32 * SUBPARTITIONS * warps, ITERATIONS["pipes"])
+            if cycles is None:
+                raise RuntimeError(f"{name}: the launch of {warps} warps per sub-partition was refused")
+            per_iteration.append(cycles.median().item() / ITERATIONS["pipes"] / warps)
+        per_instruction = per_iteration[-1] / sum(pipes[name].values())
+        rows.append(f"| {name} | " + " | ".join(f"{c:.1f}" for c in per_iteration) + f" | {per_instruction:.2f} |")
+    rows += ["", f"| softmax step | cycles per step: 1 warp per sub-partition | 2 warps (per sub-partition) "
+             f"({ITERATIONS['softmax_alone']} steps) |", "|---|---|---|"]
+    steps = ITERATIONS["softmax_alone"]
+    functions = driver.functions(folder / "softmax_alone.cubin", KERNELS["softmax_alone"])
+    for name, function in functions.items():
+        if name.startswith("softmax_beside"):
+            continue
+        print(name, file=sys.stderr)
+        cells = []
+        for warps in (1, 2):
+            cycles = driver.cycles(function, 32 * SUBPARTITIONS * warps, steps)
+            cells.append("-" if cycles is None else f"{cycles.median().item() / steps / warps:.0f}")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    rows += ["", "| beside the softmax warpgroup | its cycles per step | tensor pipe busy |", "|---|---|---|"]
+    for name in ("softmax_beside_idle", "softmax_beside_gemm"):
+        print(name, file=sys.stderr)
+        cycles = driver.cycles(functions[name], 2 * 32 * SUBPARTITIONS, steps, GEMM_SHARED_BYTES)
+        if cycles is None:
+            rows.append(f"| {name.removeprefix('softmax_beside_')} | - | - |")
+            continue
+        softmax = cycles[:, :SUBPARTITIONS].median().item()
+        groups = cycles[:, SUBPARTITIONS:].median().item() if name.endswith("gemm") else 0.0
+        rows.append(f"| {name.removeprefix('softmax_beside_')} | {softmax / steps:.0f} | "
+                    f"{groups * GEMM_GROUP_CYCLES / softmax:.0%} |")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="python -m asmgen.sm90a.experiments.microbench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("action", choices=("build", "run"), help="build the cubins here, or run them on the GPU")
+    ap.add_argument("folder", type=Path, help="where the cubins go (build) or are (run)")
+    args = ap.parse_args()
+    if args.action == "build":
+        for cubin in build(args.folder):
+            print(cubin)
+    else:
+        print(run(args.folder))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

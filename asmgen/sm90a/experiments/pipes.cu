@@ -1,0 +1,95 @@
+// Throughput of the instruction types of the FP8 softmax on one SM sub-partition: each kernel runs a loop of eight
+// independent chains of one instruction (or two, interleaved), so that its cycles per iteration, divided among the
+// warps that share a sub-partition, give the pipe's rate. microbench.py builds, checks (the loop's SASS) and runs them.
+#include <cstdint>
+
+namespace {
+
+constexpr int kChains = 8;
+constexpr uint32_t kSeed = 2654435761u;
+
+__device__ __forceinline__ float ex2(float x) {  // MUFU.EX2
+  float y;
+  asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// Two e4m3x2 conversions of FP32 pairs (F2FP.SATFINITE.E4M3.F32.PACK_AB, and a PRMT that merges the halves).
+__device__ __forceinline__ uint32_t pack_e4m3(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm volatile("{.reg .b16 l, h; .reg .f32 x, y; mov.b32 x, %1; mov.b32 y, %2;\n"
+               "cvt.rn.satfinite.e4m3x2.f32 l, x, y; cvt.rn.satfinite.e4m3x2.f32 h, y, x; mov.b32 %0, {l, h};}"
+               : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+__device__ __forceinline__ uint32_t unpack_e4m3(uint32_t a) {  // F2FP.F16.E4M3.UNPACK_B
+  uint32_t r;
+  asm volatile("{.reg .b16 l, h; mov.b32 {l, h}, %1; cvt.rn.f16x2.e4m3x2 %0, l;}" : "=r"(r) : "r"(a));
+  return r;
+}
+__device__ __forceinline__ uint32_t pack_bf16(uint32_t a) {  // F2FP.BF16.F32.PACK_AB
+  uint32_t r;
+  asm volatile("{.reg .f32 x; mov.b32 x, %1; cvt.rn.bf16x2.f32 %0, x, x;}" : "=r"(r) : "r"(a));
+  return r;
+}
+__device__ __forceinline__ uint32_t hadd2(uint32_t a, uint32_t b) {  // HADD2 (ptxas moves some to HFMA2.MMA)
+  uint32_t r;
+  asm volatile("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+__device__ __forceinline__ uint32_t clock32() {
+  uint32_t t;
+  asm volatile("mov.u32 %0, %%clock;" : "=r"(t)::"memory");
+  return t;
+}
+
+// Runs `body(u, f, i)` on chain i of the integer and float chains, `iters` times, and writes each warp's cycles.
+template <class Body>
+__device__ __forceinline__ void chains(uint32_t* cycles, uint32_t* sink, int iters, Body body) {
+  uint32_t u[kChains];
+  float f[kChains];
+#pragma unroll
+  for (int i = 0; i < kChains; ++i) {
+    u[i] = kSeed * (threadIdx.x + 7 * i + 1);
+    f[i] = __uint_as_float(0x3f000000u + u[i] % 1024);  // in [0.5, 0.51)
+  }
+  __syncthreads();
+  const uint32_t start = clock32();
+#pragma unroll 1
+  for (int it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int i = 0; i < kChains; ++i) body(u, f, i);
+  }
+  const uint32_t stop = clock32();
+  uint32_t folded = 0;  // keeps every chain live
+#pragma unroll
+  for (int i = 0; i < kChains; ++i) folded ^= u[i] ^ __float_as_uint(f[i]);
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = folded;
+  if (threadIdx.x % 32 == 0) cycles[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = stop - start;
+}
+
+}  // namespace
+
+#define PIPE_KERNEL(name, statement)                                                             \
+  extern "C" __global__ void name(uint32_t* cycles, uint32_t* sink, int iters) {                 \
+    chains(cycles, sink, iters, [](uint32_t(&u)[kChains], float(&f)[kChains], int i) {          \
+      const int j = (i + 1) % kChains;                                                           \
+      (void)j;                                                                                   \
+      statement;                                                                                 \
+    });                                                                                          \
+  }
+
+PIPE_KERNEL(pipe_ex2, f[i] = ex2(-f[i]))
+PIPE_KERNEL(pipe_ffma, f[i] = fmaf(f[i], 0.999f, f[j]))
+PIPE_KERNEL(pipe_fmnmx, f[i] = fmaxf(f[i], f[j]))
+PIPE_KERNEL(pipe_hadd2, u[i] = hadd2(u[i], u[j]))
+PIPE_KERNEL(pipe_prmt, u[i] = __byte_perm(u[i], u[j], 0x5140))
+PIPE_KERNEL(pipe_shf, u[i] = __funnelshift_l(u[i], u[j], 7))
+PIPE_KERNEL(pipe_pack_e4m3, u[i] = pack_e4m3(u[i], u[j]))
+PIPE_KERNEL(pipe_unpack_e4m3, u[i] = unpack_e4m3(u[i]))
+PIPE_KERNEL(pipe_pack_bf16, u[i] = pack_bf16(u[i]))
+// Pairs: a sum of the two rates means one pipe, their maximum two.
+PIPE_KERNEL(pipe_ex2_and_pack_e4m3, if (i % 2) f[i] = ex2(-f[i]); else u[i] = pack_e4m3(u[i], u[j]))
+PIPE_KERNEL(pipe_ex2_and_unpack_e4m3, if (i % 2) f[i] = ex2(-f[i]); else u[i] = unpack_e4m3(u[i]))
+PIPE_KERNEL(pipe_ex2_and_pack_bf16, if (i % 2) f[i] = ex2(-f[i]); else u[i] = pack_bf16(u[i]))
+PIPE_KERNEL(pipe_ex2_and_fmnmx, if (i % 2) f[i] = ex2(-f[i]); else f[i] = fmaxf(f[i], f[(i + 2) % kChains]))
+PIPE_KERNEL(pipe_pack_and_unpack_e4m3, if (i % 2) u[i] = pack_e4m3(u[i], u[j]); else u[i] = unpack_e4m3(u[i]))

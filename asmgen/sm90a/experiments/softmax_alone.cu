@@ -1,0 +1,144 @@
+// The FP8 consumer's softmax step (O += acc, then from softmax_fp8.cuh the lazy row maxima, exact P, its e4m3
+// packing, the rescale and the rounded-P row sums) on registers in a loop, without the kernel around it: its cycles
+// alone, beside a second warp on the sub-partition, without one of its parts, and beside another warpgroup's wgmmas.
+// microbench.py builds, checks and runs the kernels. The scores stay below m + tau, as in most steps of a long row.
+#include "config.cuh"
+#include "softmax_fp8.cuh"
+#include "tile.cuh"
+
+using namespace zyfa;
+
+namespace {
+
+struct Exact : E4m3 {
+  static constexpr float kTau = 0.125f;
+  static constexpr PMode kPMode = PMode::kExact;
+};
+struct Lean : Exact {
+  static constexpr PMode kPMode = PMode::kLean;
+};
+
+constexpr float kScale = 1.4427f;         // c: log2(e), a score scale of 1
+constexpr float kRowMaximum = 4.0f;       // above every scaled score: the maxima never move
+constexpr uint32_t kSoftmaxBarrier = 1;   // named barrier of the softmax warpgroup (0 is __syncthreads)
+
+// What a variant leaves out or changes.
+enum Part { kAll, kLeanP, kNoRowSums, kNoRowMaxima, kNoAddTile };
+
+__device__ __forceinline__ uint32_t clock32() {
+  uint32_t t;
+  asm volatile("mov.u32 %0, %%clock;" : "=r"(t)::"memory");
+  return t;
+}
+
+// One warpgroup's softmax steps; each warp writes its cycles. Each step's S and acc are the last step's (what a GEMM
+// would write: the compiler is told they changed), its P is folded into one score and into c, so that no step can
+// start before the previous one's P exists and no exponential is loop-invariant.
+template <Part kPart>
+__device__ __forceinline__ void softmax_steps(uint32_t* cycles, uint32_t* sink, int iters, int warp) {
+  float s[64], o[64], acc[64], sums[2] = {0.0f, 0.0f}, factor[2];
+  uint32_t pf[16];
+  float c = kScale;
+  RowState st = {{kRowMaximum, kRowMaximum}, {0.0f, 0.0f}};
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < 64; ++r) {
+    s[r] = 0.01f * ((lane * 7 + warp * 5 + r * 13) % 97);  // scaled scores in [0, 1.4)
+    o[r] = 0.0f;
+    acc[r] = 0.001f * r;
+  }
+  asm volatile("bar.sync %0, 128;" ::"r"(kSoftmaxBarrier));
+  const uint32_t start = clock32();
+#pragma unroll 1
+  for (int it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int r = 0; r < 64; ++r) asm volatile("" : "+f"(s[r]), "+f"(acc[r]));
+    if constexpr (kPart != kNoAddTile) {
+#pragma unroll
+      for (int r = 0; r < 64; ++r) o[r] += acc[r];
+    }
+    st.l[0] += sums[0];
+    st.l[1] += sums[1];
+    if constexpr (kPart == kLeanP) {
+      probabilities<Lean>(s, st, c, factor, pf);
+    } else if constexpr (kPart == kNoRowMaxima) {
+      factor[0] = factor[1] = 1.0f;
+      exact_p<Exact>(s, st, c);
+      pack_p(s, pf);
+    } else {
+      probabilities<Exact>(s, st, c, factor, pf);
+    }
+    rescale(o, st, factor);
+    if constexpr (kPart != kNoRowSums) tile_sums(pf, sums);
+    uint32_t fold = pf[0];
+#pragma unroll
+    for (int r = 1; r < 16; ++r) fold ^= pf[r];
+    s[0] = __uint_as_float(__float_as_uint(s[0]) ^ (fold & 1u));
+    c = __uint_as_float(__float_as_uint(c) ^ (fold & 1u));
+  }
+  const uint32_t stop = clock32();
+  float x = st.l[0] + st.l[1];
+#pragma unroll
+  for (int r = 0; r < 64; ++r) x += o[r];
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = __float_as_uint(x);
+  if (lane == 0) cycles[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = stop - start;
+}
+
+}  // namespace
+
+#define SOFTMAX_KERNEL(name, part)                                                   \
+  extern "C" __global__ void name(uint32_t* cycles, uint32_t* sink, int iters) {     \
+    softmax_steps<part>(cycles, sink, iters, threadIdx.x / 32);                      \
+  }
+
+SOFTMAX_KERNEL(softmax_all, kAll)
+SOFTMAX_KERNEL(softmax_lean_p, kLeanP)
+SOFTMAX_KERNEL(softmax_no_row_sums, kNoRowSums)
+SOFTMAX_KERNEL(softmax_no_row_maxima, kNoRowMaxima)
+SOFTMAX_KERNEL(softmax_no_add_tile, kNoAddTile)
+
+// 256 threads: warpgroup 0 runs the steps, warpgroup 1 issues back-to-back QK^T-shaped wgmmas (four m64n128k32
+// from shared memory per commit group) until warpgroup 0 is done, or idles (`gemm` false); its warps write the
+// number of groups they completed where their cycles would go.
+template <bool kGemm>
+__device__ __forceinline__ void softmax_beside(uint32_t* cycles, uint32_t* sink, int iters) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  __shared__ volatile int done;
+  if (threadIdx.x == 0) done = 0;
+  __syncthreads();
+  if (threadIdx.x < kThreadsPerWarpgroup) {
+    softmax_steps<kAll>(cycles, sink, iters, threadIdx.x / 32);
+    if (threadIdx.x == 0) done = 1;
+    return;
+  }
+  if constexpr (kGemm) {
+    const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023) & ~1023u;
+    const uint64_t a = smem_desc_sw128(base, 16, kAtomBytes);
+    const uint64_t b = smem_desc_sw128(base + kRowsPerConsumer * kAtomRowBytes, 16, kAtomBytes);
+    float acc[64];
+#pragma unroll
+    for (int r = 0; r < 64; ++r) acc[r] = 0.0f;
+    uint32_t groups = 0;
+    while (!done) {
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        wgmma_m64n128k32_ss_e4m3(acc, smem_desc_advance(a, 32 * k), smem_desc_advance(b, 32 * k), k > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      ++groups;
+    }
+    float x = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 64; ++r) x += acc[r];
+    sink[blockIdx.x * blockDim.x + threadIdx.x] = __float_as_uint(x);
+    if (threadIdx.x % 32 == 0) cycles[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = groups;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) softmax_beside_idle(uint32_t* cycles, uint32_t* sink, int iters) {
+  softmax_beside<false>(cycles, sink, iters);
+}
+extern "C" __global__ void __launch_bounds__(256) softmax_beside_gemm(uint32_t* cycles, uint32_t* sink, int iters) {
+  softmax_beside<true>(cycles, sink, iters);
+}
