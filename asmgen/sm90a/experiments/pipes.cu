@@ -3,6 +3,8 @@
 // warps that share a sub-partition, give the pipe's rate. microbench.py builds, checks (the loop's SASS) and runs them.
 #include <cstdint>
 
+#include "clock.cuh"
+
 namespace {
 
 constexpr int kChains = 8;
@@ -35,11 +37,6 @@ __device__ __forceinline__ uint32_t hadd2(uint32_t a, uint32_t b) {  // HADD2 (p
   uint32_t r;
   asm volatile("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
   return r;
-}
-__device__ __forceinline__ uint32_t clock32() {
-  uint32_t t;
-  asm volatile("mov.u32 %0, %%clock;" : "=r"(t)::"memory");
-  return t;
 }
 
 // Runs `body(u, f, i)` on chain i of the integer and float chains, `iters` times, and writes each warp's cycles.

@@ -6,6 +6,8 @@
 #include "softmax_fp8.cuh"
 #include "tile.cuh"
 
+#include "clock.cuh"
+
 using namespace zyfa;
 
 namespace {
@@ -24,12 +26,6 @@ constexpr uint32_t kSoftmaxBarrier = 1;   // named barrier of the softmax warpgr
 
 // What a variant leaves out or changes.
 enum Part { kAll, kLeanP, kNoRowSums, kNoRowMaxima, kNoAddTile };
-
-__device__ __forceinline__ uint32_t clock32() {
-  uint32_t t;
-  asm volatile("mov.u32 %0, %%clock;" : "=r"(t)::"memory");
-  return t;
-}
 
 // One warpgroup's softmax steps; each warp writes its cycles. Each step's S and acc are the last step's (what a GEMM
 // would write: the compiler is told they changed), its P is folded into one score and into c, so that no step can
