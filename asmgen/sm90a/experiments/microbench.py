@@ -6,8 +6,8 @@
 pipes.cu: one kernel per instruction type (or pair), eight independent chains in a loop; cycles per loop iteration
 and SM sub-partition at 1, 2 and 4 warps per sub-partition, and at 4 the cycles per instruction (for a pair: the
 sum of its two rates means the two share a pipe, their maximum that they do not). softmax_alone.cu: the FP8
-consumer's exact-P softmax step (softmax_fp8.cuh) in a loop without the kernel
-around it, whole, as lean P, or without one part, at 1 and 2 warps per sub-partition (the cycles per step that a
+consumer's exact-P softmax step (softmax_fp8.cuh) in a loop without the kernel around it, whole, as lean P or
+without one part, and the BF16 kernels' step, at 1 and 2 warps per sub-partition (the cycles per step that a
 sub-partition completes), and beside another warpgroup's back-to-back QK^T-shaped wgmmas. The build checks that each
 loop holds the instructions it claims (KERNELS), so that a number measures what its name says. The driver is called
 through ctypes (libcuda), the buffers come from torch; progress to stderr.
@@ -38,7 +38,13 @@ KERNELS = {
     "pipes": {
         "pipe_ex2": {"MUFU.EX2": 8},
         "pipe_ffma": {"FFMA": 8},
+        "pipe_fadd": {"FADD": 8},
+        "pipe_fmul": {"FMUL": 8},
         "pipe_fmnmx": {"FMNMX": 8},
+        "pipe_hmnmx2": {"HMNMX2": 8},
+        "pipe_lop3": {"LOP3": 8},
+        "pipe_iadd3": {"IADD3": 8},
+        "pipe_imad": {"IMAD": 8},
         "pipe_hadd2": {"HADD2": 4, "HFMA2.MMA": 4},
         "pipe_prmt": {"PRMT": 8},
         "pipe_shf": {"SHF": 8},
@@ -49,6 +55,8 @@ KERNELS = {
         "pipe_ex2_and_unpack_e4m3": {"MUFU.EX2": 4, "F2FP.F16.E4M3.UNPACK_B": 4},
         "pipe_ex2_and_pack_bf16": {"MUFU.EX2": 4, "F2FP.BF16.F32.PACK_AB": 4},
         "pipe_ex2_and_fmnmx": {"MUFU.EX2": 4, "FMNMX": 4},
+        "pipe_fmnmx_and_ffma": {"FMNMX": 4, "FFMA": 4},
+        "pipe_fmnmx_and_hmnmx2": {"FMNMX": 4, "HMNMX2": 4},
         "pipe_pack_and_unpack_e4m3": {"F2FP.SATFINITE.E4M3": 8, "F2FP.F16.E4M3.UNPACK_B": 4, "PRMT": 4},
     },
     "softmax_alone": {
@@ -57,6 +65,7 @@ KERNELS = {
         "softmax_no_row_sums": {**_STEP, "F2FP.F16.E4M3.UNPACK_B": 0},
         "softmax_no_row_maxima": {**_STEP, "MUFU.EX2": 64, "FMNMX": 0},
         "softmax_no_add_tile": _STEP,
+        "softmax_bf16": {"MUFU.EX2": 66, "FMNMX": 74, "F2FP.BF16.F32.PACK_AB": 32},
         "softmax_beside_idle": _STEP,
         "softmax_beside_gemm": _STEP,
     },

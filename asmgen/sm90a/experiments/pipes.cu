@@ -33,6 +33,11 @@ __device__ __forceinline__ uint32_t pack_bf16(uint32_t a) {  // F2FP.BF16.F32.PA
   asm volatile("{.reg .f32 x; mov.b32 x, %1; cvt.rn.bf16x2.f32 %0, x, x;}" : "=r"(r) : "r"(a));
   return r;
 }
+__device__ __forceinline__ uint32_t hmax2(uint32_t a, uint32_t b) {  // HMNMX2
+  uint32_t r;
+  asm volatile("max.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
 __device__ __forceinline__ uint32_t hadd2(uint32_t a, uint32_t b) {  // HADD2 (ptxas moves some to HFMA2.MMA)
   uint32_t r;
   asm volatile("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
@@ -77,7 +82,13 @@ __device__ __forceinline__ void chains(uint32_t* cycles, uint32_t* sink, int ite
 
 PIPE_KERNEL(pipe_ex2, f[i] = ex2(-f[i]))
 PIPE_KERNEL(pipe_ffma, f[i] = fmaf(f[i], 0.999f, f[j]))
+PIPE_KERNEL(pipe_fadd, f[i] = f[i] + f[j])
+PIPE_KERNEL(pipe_fmul, f[i] = f[i] * f[j])
 PIPE_KERNEL(pipe_fmnmx, f[i] = fmaxf(f[i], f[j]))
+PIPE_KERNEL(pipe_hmnmx2, u[i] = hmax2(u[i], u[j]))
+PIPE_KERNEL(pipe_lop3, u[i] = u[i] ^ u[j] ^ kSeed)
+PIPE_KERNEL(pipe_iadd3, u[i] = u[i] + u[j] + kSeed)
+PIPE_KERNEL(pipe_imad, u[i] = u[i] * u[j] + kSeed)
 PIPE_KERNEL(pipe_hadd2, u[i] = hadd2(u[i], u[j]))
 PIPE_KERNEL(pipe_prmt, u[i] = __byte_perm(u[i], u[j], 0x5140))
 PIPE_KERNEL(pipe_shf, u[i] = __funnelshift_l(u[i], u[j], 7))
@@ -89,4 +100,6 @@ PIPE_KERNEL(pipe_ex2_and_pack_e4m3, if (i % 2) f[i] = ex2(-f[i]); else u[i] = pa
 PIPE_KERNEL(pipe_ex2_and_unpack_e4m3, if (i % 2) f[i] = ex2(-f[i]); else u[i] = unpack_e4m3(u[i]))
 PIPE_KERNEL(pipe_ex2_and_pack_bf16, if (i % 2) f[i] = ex2(-f[i]); else u[i] = pack_bf16(u[i]))
 PIPE_KERNEL(pipe_ex2_and_fmnmx, if (i % 2) f[i] = ex2(-f[i]); else f[i] = fmaxf(f[i], f[(i + 2) % kChains]))
+PIPE_KERNEL(pipe_fmnmx_and_ffma, if (i % 2) f[i] = fmaxf(f[i], f[(i + 2) % kChains]); else f[i] = fmaf(f[i], 0.999f, f[j]))
+PIPE_KERNEL(pipe_fmnmx_and_hmnmx2, if (i % 2) f[i] = fmaxf(f[i], f[(i + 2) % kChains]); else u[i] = hmax2(u[i], u[j]))
 PIPE_KERNEL(pipe_pack_and_unpack_e4m3, if (i % 2) u[i] = pack_e4m3(u[i], u[j]); else u[i] = unpack_e4m3(u[i]))

@@ -3,6 +3,7 @@
 // alone, beside a second warp on the sub-partition, without one of its parts, and beside another warpgroup's wgmmas.
 // microbench.py builds, checks and runs the kernels. The scores stay below m + tau, as in most steps of a long row.
 #include "config.cuh"
+#include "softmax_bf16.cuh"
 #include "softmax_fp8.cuh"
 #include "tile.cuh"
 
@@ -19,13 +20,18 @@ struct Exact : E4m3 {
 struct Lean : Exact {
   static constexpr PMode kPMode = PMode::kLean;
 };
+struct Bf16Step : Bf16 {  // the BF16 kernels' softmax with the vote on the maxima (the d = 128 independent kernel's)
+  static constexpr float kTau = 0.125f;
+  static constexpr bool kVoteMax = true;
+};
 
 constexpr float kScale = 1.4427f;         // c: log2(e), a score scale of 1
 constexpr float kRowMaximum = 4.0f;       // above every scaled score: the maxima never move
 constexpr uint32_t kSoftmaxBarrier = 1;   // named barrier of the softmax warpgroup (0 is __syncthreads)
 
-// What a variant leaves out or changes.
-enum Part { kAll, kLeanP, kNoRowSums, kNoRowMaxima, kNoAddTile };
+// What a variant leaves out or changes; kBf16 is the BF16 kernels' step instead (softmax_bf16.cuh: row maxima with
+// the vote, ex2 and the row sums of unrounded p, O's rescale, BF16 packing; O accumulates in the tensor core there).
+enum Part { kAll, kLeanP, kNoRowSums, kNoRowMaxima, kNoAddTile, kBf16 };
 
 // One warpgroup's softmax steps; each warp writes its cycles. Each step's S and acc are the last step's (what a GEMM
 // would write: the compiler is told they changed), its P is folded into one score and into c, so that no step can
@@ -33,7 +39,7 @@ enum Part { kAll, kLeanP, kNoRowSums, kNoRowMaxima, kNoAddTile };
 template <Part kPart>
 __device__ __forceinline__ void softmax_steps(uint32_t* cycles, uint32_t* sink, int iters, int warp) {
   float s[64], o[64], acc[64], sums[2] = {0.0f, 0.0f}, factor[2];
-  uint32_t pf[16];
+  uint32_t pf[kPart == kBf16 ? 32 : 16];
   float c = kScale;
   RowState st = {{kRowMaximum, kRowMaximum}, {0.0f, 0.0f}};
   const int lane = threadIdx.x % 32;
@@ -49,13 +55,17 @@ __device__ __forceinline__ void softmax_steps(uint32_t* cycles, uint32_t* sink, 
   for (int it = 0; it < iters; ++it) {
 #pragma unroll
     for (int r = 0; r < 64; ++r) asm volatile("" : "+f"(s[r]), "+f"(acc[r]));
-    if constexpr (kPart != kNoAddTile) {
+    if constexpr (kPart != kNoAddTile && kPart != kBf16) {
 #pragma unroll
       for (int r = 0; r < 64; ++r) o[r] += acc[r];
     }
     st.l[0] += sums[0];
     st.l[1] += sums[1];
-    if constexpr (kPart == kLeanP) {
+    if constexpr (kPart == kBf16) {
+      softmax_tile<Bf16Step>(s, st, c, factor);
+      rescale_o(o, factor);
+      pack_p(s, pf);
+    } else if constexpr (kPart == kLeanP) {
       probabilities<Lean>(s, st, c, factor, pf);
     } else if constexpr (kPart == kNoRowMaxima) {
       factor[0] = factor[1] = 1.0f;
@@ -64,11 +74,11 @@ __device__ __forceinline__ void softmax_steps(uint32_t* cycles, uint32_t* sink, 
     } else {
       probabilities<Exact>(s, st, c, factor, pf);
     }
-    rescale(o, st, factor);
-    if constexpr (kPart != kNoRowSums) tile_sums(pf, sums);
+    if constexpr (kPart != kBf16) rescale(o, st, factor);
+    if constexpr (kPart != kNoRowSums && kPart != kBf16) tile_sums(pf, sums);
     uint32_t fold = pf[0];
 #pragma unroll
-    for (int r = 1; r < 16; ++r) fold ^= pf[r];
+    for (int r = 1; r < static_cast<int>(sizeof(pf) / sizeof(pf[0])); ++r) fold ^= pf[r];
     s[0] = __uint_as_float(__float_as_uint(s[0]) ^ (fold & 1u));
     c = __uint_as_float(__float_as_uint(c) ^ (fold & 1u));
   }
@@ -92,6 +102,7 @@ SOFTMAX_KERNEL(softmax_lean_p, kLeanP)
 SOFTMAX_KERNEL(softmax_no_row_sums, kNoRowSums)
 SOFTMAX_KERNEL(softmax_no_row_maxima, kNoRowMaxima)
 SOFTMAX_KERNEL(softmax_no_add_tile, kNoAddTile)
+SOFTMAX_KERNEL(softmax_bf16, kBf16)
 
 // 256 threads: warpgroup 0 runs the steps, warpgroup 1 issues back-to-back QK^T-shaped wgmmas (four m64n128k32
 // from shared memory per commit group) until warpgroup 0 is done, or idles (`gemm` false); its warps write the
