@@ -81,6 +81,11 @@ __device__ __forceinline__ void softmax_steps(uint32_t* cycles, uint32_t* sink, 
     for (int r = 1; r < static_cast<int>(sizeof(pf) / sizeof(pf[0])); ++r) fold ^= pf[r];
     s[0] = __uint_as_float(__float_as_uint(s[0]) ^ (fold & 1u));
     c = __uint_as_float(__float_as_uint(c) ^ (fold & 1u));
+    if constexpr (kPart == kLeanP) {  // lean P leaves S as it was: without this ptxas hoists the row maxima
+      const float nudge = __uint_as_float(fold & 1u);  // +0 or the least subnormal: S unchanged in FP32 sums
+#pragma unroll
+      for (int r = 1; r < 64; ++r) s[r] += nudge;
+    }
   }
   const uint32_t stop = clock32();
   float x = st.l[0] + st.l[1];
