@@ -78,7 +78,7 @@ _BRANCH = re.compile(r"\bBRA\b[^;]*?0x([0-9a-f]+)")
 def build(folder: Path) -> list[Path]:
     """The two cubins in `folder`, compiled like the kernels (spills fail), each loop checked against KERNELS."""
     folder.mkdir(parents=True, exist_ok=True)
-    files = {src.name: src.read_text() for folder in (SOURCE_DIR, HERE) for src in folder.glob("*.cuh")}
+    files = {src.name: src.read_text() for where in (SOURCE_DIR, HERE) for src in where.glob("*.cuh")}
     cubins = []
     for source in KERNELS:
         files[f"{source}.cu"] = (HERE / f"{source}.cu").read_text()
