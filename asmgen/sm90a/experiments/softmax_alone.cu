@@ -1,7 +1,8 @@
 // The FP8 consumer's softmax step (O += acc, then from softmax_fp8.cuh the lazy row maxima, exact P, its e4m3
 // packing, the rescale and the rounded-P row sums) on registers in a loop, without the kernel around it: its cycles
-// alone, beside a second warp on the sub-partition, without one of its parts, and beside another warpgroup's wgmmas.
-// microbench.py builds, checks and runs the kernels. The scores stay below m + tau, as in most steps of a long row.
+// alone, beside a second warp on the sub-partition, without one of its parts, and beside another warpgroup's wgmmas;
+// and the BF16 kernels' step (softmax_bf16.cuh) beside it. microbench.py builds, checks and runs the kernels. The
+// scores stay below m + tau, as in most steps of a long row.
 #include "config.cuh"
 #include "softmax_bf16.cuh"
 #include "softmax_fp8.cuh"
@@ -110,8 +111,8 @@ SOFTMAX_KERNEL(softmax_no_add_tile, kNoAddTile)
 SOFTMAX_KERNEL(softmax_bf16, kBf16)
 
 // 256 threads: warpgroup 0 runs the steps, warpgroup 1 issues back-to-back QK^T-shaped wgmmas (four m64n128k32
-// from shared memory per commit group) until warpgroup 0 is done, or idles (`gemm` false); its warps write the
-// number of groups they completed where their cycles would go.
+// from shared memory per commit group) until all of warpgroup 0 is done (softmax_beside_gemm), or idles
+// (softmax_beside_idle); its warps write the number of groups they completed where their cycles would go.
 template <bool kGemm>
 __device__ __forceinline__ void softmax_beside(uint32_t* cycles, uint32_t* sink, int iters) {
   extern __shared__ __align__(1024) uint8_t smem[];
@@ -120,6 +121,7 @@ __device__ __forceinline__ void softmax_beside(uint32_t* cycles, uint32_t* sink,
   __syncthreads();
   if (threadIdx.x < kThreadsPerWarpgroup) {
     softmax_steps<kAll>(cycles, sink, iters, threadIdx.x / 32);
+    asm volatile("bar.sync %0, 128;" ::"r"(kSoftmaxBarrier));
     if (threadIdx.x == 0) done = 1;
     return;
   }
