@@ -58,10 +58,7 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[32])
 }
 
 __device__ __forceinline__ void rescale_o(float (&o)[64], const float (&factor)[2]) {
-  if (factor[0] != 1.0f || factor[1] != 1.0f) {
-#pragma unroll
-    for (int r = 0; r < 64; ++r) o[r] *= factor[acc_half(r)];
-  }
+  if (factor[0] != 1.0f || factor[1] != 1.0f) scale_rows(o, factor);
 }
 
 }  // namespace zyfa

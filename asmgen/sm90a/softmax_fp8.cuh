@@ -101,8 +101,7 @@ __device__ __forceinline__ void tile_sums(const uint32_t (&pf)[16], float (&sums
 // O and l by the factors of a tile whose maximum moved (row_maxima).
 __device__ __forceinline__ void rescale(float (&o)[64], RowState& st, const float (&factor)[2]) {
   if (factor[0] != 1.0f || factor[1] != 1.0f) {
-#pragma unroll
-    for (int r = 0; r < 64; ++r) o[r] *= factor[acc_half(r)];
+    scale_rows(o, factor);
     st.l[0] *= factor[0];
     st.l[1] *= factor[1];
   }

@@ -13,6 +13,12 @@ namespace zyfa {
 __device__ __forceinline__ int acc_col(int reg, int lane) { return 8 * (reg / 4) + 2 * (lane % 4) + (reg % 2); }
 __device__ __forceinline__ int acc_half(int reg) { return (reg / 2) % 2; }
 
+// The accumulator's rows times their half's factor.
+__device__ __forceinline__ void scale_rows(float (&acc)[64], const float (&factor)[2]) {
+#pragma unroll
+  for (int r = 0; r < 64; ++r) acc[r] *= factor[acc_half(r)];
+}
+
 // Maximum over the quad of lanes that share a row.
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
