@@ -21,6 +21,8 @@ from . import cuobjdump
 
 OBJECTS = Path(__file__).resolve().parents[2] / "packages/zyfa-kernels/src/zyfa_kernels/objects/sm90a"
 _INSTRUCTION = re.compile(r"/\*[0-9a-f]{4}\*/\s+([^;]*);")
+_ADDRESSED = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
+_FUNCTION = re.compile(r"\n\s*Function : (\S+)")
 LOCAL_MEMORY = re.compile(r"\b(LDL|STL)\b")
 S_WAIT = "WARPGROUP.DEPBAR.LE gsb0, 0x1"
 PV_WAIT = "WARPGROUP.DEPBAR.LE gsb0, 0x0"
@@ -31,10 +33,20 @@ def _is_gemm(text: str) -> bool:
     return "HGMMA" in text or "QGMMA" in text
 
 
+def _dump(cubin: Path) -> str:
+    return subprocess.run([cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
 def instructions(cubin: Path) -> list[str]:
     """The SASS instructions of a cubin, in address order, predicates kept."""
-    sass = subprocess.run([cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True, check=True)
-    return [match.strip() for match in _INSTRUCTION.findall(sass.stdout)]
+    return [match.strip() for match in _INSTRUCTION.findall(_dump(cubin))]
+
+
+def functions(cubin: Path) -> dict[str, list[tuple[int, str]]]:
+    """Per kernel of a cubin, its (address, instruction) pairs in address order, predicates kept."""
+    parts = _FUNCTION.split(_dump(cubin))
+    return {name: [(int(address, 16), text.strip()) for address, text in _ADDRESSED.findall(body)]
+            for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
 @dataclass(frozen=True)

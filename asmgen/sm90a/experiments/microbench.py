@@ -19,11 +19,10 @@ import argparse
 import collections
 import ctypes
 import re
-import subprocess
 import sys
 from pathlib import Path
 
-from .. import SOURCE_DIR, compile_cubin, cuobjdump
+from .. import SOURCE_DIR, compile_cubin, sass
 
 HERE = Path(__file__).parent
 ITERATIONS = {"pipes": 4096, "softmax_alone": 256}
@@ -70,8 +69,6 @@ KERNELS = {
         "softmax_beside_gemm": _STEP,
     },
 }
-_FUNCTION = re.compile(r"\n\s*Function : (\S+)")
-_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
 _BRANCH = re.compile(r"\bBRA\b[^;]*?0x([0-9a-f]+)")
 
 
@@ -93,11 +90,8 @@ def build(folder: Path) -> list[Path]:
 
 def loop_mixes(cubin: Path) -> dict[str, collections.Counter]:
     """Per kernel of `cubin`, the opcode counts of its largest loop (the span of its longest backward branch)."""
-    sass = subprocess.run([cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-    parts = _FUNCTION.split(sass)
     mixes = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        code = [(int(address, 16), text.strip()) for address, text in _LINE.findall(body)]
+    for name, code in sass.functions(cubin).items():
         spans = [(int(match.group(1), 16), address) for address, text in code
                  if (match := _BRANCH.search(text)) and int(match.group(1), 16) < address]
         start, end = max(spans, key=lambda span: span[1] - span[0], default=(0, -1))
