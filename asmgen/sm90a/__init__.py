@@ -235,6 +235,11 @@ VOTE_MAX_KERNELS = {(128, "independent")}
 # d = 128 -4% to +4% (mean +1%), d_qk = 192 -1% to +9% (mean +3%), its wait for K and V 146 -> 71 cycles per key tile
 # (8K); lean P ping-pong -2% to +4% (above +1% in 13 of 20 cells). BF16: -8% to +7% by schedule and length, not taken.
 PROBE_RING_DTYPES = {"fp8e4m3"}
+# FP8 p_modes whose key tiles after the first write P against the maximum as it stands and find the row maxima only
+# when the codes show one may have moved (kCodeTest, softmax_fp8.cuh; the results are bitwise the same). Measured on
+# the H200 in two runs (docs/sm90a.md, "The moved-maximum test on the codes") against the same kernels without it:
+# exact P +1% to +10% (d = 128 +1% to +7%), lean P +2% to +13%, but for d_qk = 192 at 2K MHA in one run (-2%, -3%).
+CODE_TEST_P_MODES = {"exact", "lean"}
 _SCHEDULE_TYPES = {"pingpong": "PingPong", "independent": "Independent"}
 
 
@@ -244,11 +249,12 @@ def _cxx_bool(value: bool) -> str:
 
 def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bool | None = None,
                   broadcast_index: bool | None = None, staged: bool | None = None,
-                  probe_ring: bool | None = None) -> str:
+                  probe_ring: bool | None = None, code_test: bool | None = None) -> str:
     """kernel_config.cuh of one kernel: its symbol and zyfa::Config (config.cuh), from its manifest entry and the
     measured choices above. The keywords are choices a measurement variant makes differently
     (asmgen/sm90a/experiments; default: PINNED_SCHEDULES, VOTE_MAX_KERNELS, SCATTERED_INDEX_KERNELS,
-    DIRECT_STORE_KERNELS and PROBE_RING_DTYPES; pin_softmax and vote_max are BF16 choices)."""
+    DIRECT_STORE_KERNELS, PROBE_RING_DTYPES and CODE_TEST_P_MODES; pin_softmax and vote_max are BF16 choices,
+    code_test an FP8 one)."""
     broadcasts = (kernel["dtype"], kernel["d_qk"], kernel["schedule"]) not in SCATTERED_INDEX_KERNELS
     fields = [
         ("int", "kDQk", kernel["d_qk"]),
@@ -272,8 +278,10 @@ def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bo
         if (pin_softmax, vote_max) != (None, None):
             raise ValueError(f"{kernel['name']}: pin_softmax and vote_max are BF16 choices")
         element = "E4m3"
+        tests_codes = kernel["p_mode"] in CODE_TEST_P_MODES if code_test is None else code_test
         fields += [
             ("PMode", "kPMode", "PMode::kLean" if kernel["p_mode"] == "lean" else "PMode::kExact"),
+            ("bool", "kCodeTest", _cxx_bool(tests_codes)),
         ]
     fields.append(("int", "kDynamicSharedBytes", kernel["shared_bytes"] - RESERVED_SHARED))
     lines = [f"// {kernel['name']}: written by asmgen.sm90a.config_header from its manifest entry",

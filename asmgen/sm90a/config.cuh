@@ -19,6 +19,7 @@
 //                                               // (softmax_bf16.cuh)
 //     // FP8:
 //     static constexpr PMode kPMode;            // exact or lean P (softmax_fp8.cuh)
+//     static constexpr bool kCodeTest;          // row maxima only when P's codes show one may have moved
 //     static constexpr int kDynamicSharedBytes; // what the launch provides (checked against the layout)
 //   };
 #pragma once

@@ -137,7 +137,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
           smem_ring.release(bars.q_empty());
           mask_diagonal(s, diag_row, lane);
         }
-        probabilities<C>(s, st, c, factor, pf);
+        probabilities<C, C::kCodeTest>(s, st, c, factor, pf);
         rescale(o, st, factor);
         tile_sums(pf, sums);
         prev = ring;

@@ -47,6 +47,9 @@ __device__ __forceinline__ void exact_p(float (&s)[64], const RowState& st, floa
   for (int r = 0; r < 64; ++r) s[r] = ex2(fmaf(s[r], c, bias[acc_half(r)]));
 }
 
+// Fragment register i of pack_p's order holds accumulator registers r, r + 1, r + 4, r + 5 from this r.
+__device__ constexpr int fragment_reg(int i) { return 16 * (i / 4) + 8 * (i % 4 / 2) + 2 * (i % 2); }
+
 // Lean P: scores -> e4m3 codes max(0, rne(8 (x - m) + 120)), gathered four to a register in pack_p's order.
 __device__ __forceinline__ void lean_p(const float (&s)[64], const RowState& st, float c, uint32_t (&pf)[16]) {
   const float scale = c * (8.0f / kLeanCodeScale);  // exact: a power of two
@@ -56,12 +59,41 @@ __device__ __forceinline__ void lean_p(const float (&s)[64], const RowState& st,
     return __float_as_uint(fmaf(fma_sat(s[r], scale, bias[acc_half(r)]), kLeanCodeScale, kRoundToInteger));
   };
 #pragma unroll
-  for (int k = 0; k < 4; ++k)
+  for (int i = 0; i < 16; ++i) {
+    const int r = fragment_reg(i);
+    pf[i] = gather_low_bytes(code(r), code(r + 1), code(r + 4), code(r + 5));
+  }
+}
+
+// Exact P straight into the fragments, the scores kept (for the moved-maximum test's second pass).
+template <class C>
+__device__ __forceinline__ void exact_codes(const float (&s)[64], const RowState& st, float c, uint32_t (&pf)[16]) {
+  const float bias[2] = {C::kPShift - st.m[0], C::kPShift - st.m[1]};
+  auto p = [&](int r) { return ex2(fmaf(s[r], c, bias[acc_half(r)])); };
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = 16 * k + 8 * (j / 2) + 2 * (j % 2);  // as pack_p
-      pf[4 * k + j] = gather_low_bytes(code(r), code(r + 1), code(r + 4), code(r + 5));
-    }
+  for (int i = 0; i < 16; ++i) {
+    const int r = fragment_reg(i);
+    pf[i] = pack_e4m3x4(p(r), p(r + 1), p(r + 4), p(r + 5));
+  }
+}
+
+// The moved-maximum test on the codes (C::kCodeTest). P written against the reference maximum as it stands is the
+// model's P unless a row maximum moves, and a row maximum moves (by more than tau) only if one of its row's codes is
+// 0x79 or more: exact P's 2^(x - m + 8) rounds to 0x79 (288) or more for x - m > log2(272 / 256) = 0.087, lean P's
+// code 8 (x - m) + 120 is 0x79 (121) or more for x - m >= 1/16, both below tau = 1/8. Adding 7 to every byte sets its
+// top bit exactly for codes 0x79 .. 0x80 (codes are at most 0x80: no carry leaves a byte), so the OR of the sums
+// tells. The margins (0.038 and 0.0625 binades) stay far above the roundings of x - m while |m| < 2^14; past that,
+// or on a NaN code (0x7f), the warp takes the row maxima's path.
+constexpr uint32_t kMovedCodeBias = 0x07070707u;  // per byte: 0x79 + 7 = 0x80
+constexpr uint32_t kByteTops = 0x80808080u;
+constexpr float kCodeTestMaxM = 16384.0f;
+
+__device__ __forceinline__ bool codes_may_have_moved(const uint32_t (&pf)[16], const RowState& st) {
+  uint32_t tops = 0;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) tops |= pf[i] + kMovedCodeBias;
+  const bool near = fabsf(st.m[0]) < kCodeTestMaxM && fabsf(st.m[1]) < kCodeTestMaxM;
+  return __any_sync(0xffffffff, (tops & kByteTops) != 0 || !near);
 }
 
 // P (FP32, S accumulator layout) -> e4m3 A fragments of the P V product, four k = 32 steps of four registers.
@@ -71,12 +103,10 @@ __device__ __forceinline__ void lean_p(const float (&s)[64], const RowState& st,
 // registers are the fragments as they stand.
 __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[16]) {
 #pragma unroll
-  for (int k = 0; k < 4; ++k)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = 16 * k + 8 * (j / 2) + 2 * (j % 2);  // first of registers r, r+1 (keys 2t, 2t+1), r+4, r+5
-      pf[4 * k + j] = pack_e4m3x4(s[r], s[r + 1], s[r + 4], s[r + 5]);
-    }
+  for (int i = 0; i < 16; ++i) {
+    const int r = fragment_reg(i);  // registers r, r + 1 (keys 2t, 2t + 1), r + 4, r + 5
+    pf[i] = pack_e4m3x4(s[r], s[r + 1], s[r + 4], s[r + 5]);
+  }
 }
 
 // This lane's part of the row sums of a tile: the rounded P from the packed e4m3 fragments, in f16x2 (exact
@@ -107,10 +137,22 @@ __device__ __forceinline__ void rescale(float (&o)[64], RowState& st, const floa
   }
 }
 
-// The softmax of one key tile: row maxima (factor for O and l), then P as e4m3 A fragments.
-template <class C>
+// The softmax of one key tile: row maxima (factor for O and l), then P as e4m3 A fragments. kTestCodes (a tile after
+// the first, C::kCodeTest): P first against m as it stands, kept unless the codes show that a maximum may have moved.
+template <class C, bool kTestCodes = false>
 __device__ __forceinline__ void probabilities(float (&s)[64], RowState& st, float c, float (&factor)[2],
                                               uint32_t (&pf)[16]) {
+  if constexpr (kTestCodes) {
+    if constexpr (C::kPMode == PMode::kLean) {
+      lean_p(s, st, c, pf);
+    } else {
+      exact_codes<C>(s, st, c, pf);
+    }
+    if (!codes_may_have_moved(pf, st)) {
+      factor[0] = factor[1] = 1.0f;
+      return;
+    }
+  }
   row_maxima<C>(s, st, c, factor);
   if constexpr (C::kPMode == PMode::kLean) {
     lean_p(s, st, c, pf);

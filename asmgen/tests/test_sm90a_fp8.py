@@ -1,7 +1,10 @@
 """The sm90a FP8 kernels on CPU: the P fragments and the permuted V^T pair up keys as the P V product needs, the
-manifest entries carry the contract's numerics, and the plan passes V^T and the descales."""
+manifest entries carry the contract's numerics, the plan passes V^T and the descales, and the moved-maximum test on
+the codes misses no move of the row maximum."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -134,3 +137,39 @@ def test_gather_low_bytes_puts_the_codes_in_pack_p_order():
 
     regs = [0x4B400000 | code for code in (0x12, 0x34, 0x56, 0x78)]  # FP32 bits K + code
     assert prmt(prmt(regs[0], regs[1], 0x0040), prmt(regs[2], regs[3], 0x0040), 0x5410) == 0x78563412
+
+
+def code_test_fires(codes: np.ndarray) -> np.ndarray:
+    """softmax_fp8.cuh codes_may_have_moved per code: kMovedCodeBias's byte added sets the byte's top bit."""
+    text = (sources.SOURCE_DIR / "softmax_fp8.cuh").read_text()
+    bias = int(re.search(r"kMovedCodeBias = (0x[0-9a-fA-F]+)u;", text).group(1), 16)
+    assert bias == (bias & 0xFF) * 0x01010101  # the same for every byte
+    return ((codes.astype(np.int64) + (bias & 0xFF)) & 0x80) != 0
+
+
+@pytest.mark.parametrize("magnitude", [1.0, 100.0, 12000.0])
+def test_the_moved_maximum_test_on_the_codes_misses_no_move(magnitude):
+    """The codes of P written against m as it stands show every row maximum that the model moves (x_max > m + tau,
+    compared in FP32 as row_maxima does), for exact P (e4m3 of 2^fp32(x - m + 8) as one FMA, saturating) and lean P
+    (the saturating FMA's code), while |m| stays below the test's bound 2^14; and they stay quiet while x - m is
+    below 0.08 (exact) or 1/16 (lean), so that a tile whose maximum holds takes the fast path."""
+    rng = np.random.default_rng(1)
+    tau = fp32(0.125)
+    c = fp32(0.0883883476 * 1.4426950409)
+    s = fp32(rng.standard_normal((4096, 64)) + magnitude / c)  # rows of one lane's scores
+    x_max = fp32(s.max(axis=1) * c)  # the model's tile maximum, FP32
+    m = fp32(x_max - fp32(rng.uniform(-0.3, 0.3, size=x_max.shape)))  # around and across m + tau
+    assert np.abs(m).max() < 2.0**14
+    moved = x_max > fp32(m + tau)
+    exact_y = fp32(s.astype(np.float64) * c + fp32(8.0 - m)[:, None])
+    p = torch.from_numpy(fp32(np.exp2(exact_y.astype(np.float64)))).clamp(max=448.0)
+    exact = p.to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+    scale, bias = fp32(c * fp32(8 / 128)), fp32(fp32(120 - fp32(8 * m)) / 128)
+    v = np.clip(fp32(s.astype(np.float64) * scale + bias[:, None]), 0, 1)
+    lean = np.round(v.astype(np.float64) * 128).astype(np.int64)
+    margin = x_max - m
+    for codes, quiet in ((exact, 0.08), (lean, 1 / 16 - 1e-3)):
+        fires = code_test_fires(codes).any(axis=1)
+        assert moved.any() and (~moved).any()
+        assert fires[moved].all()  # no move missed
+        assert not fires[margin < quiet].any()  # no second pass while the maximum holds
