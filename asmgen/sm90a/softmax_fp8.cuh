@@ -1,7 +1,8 @@
-// The online softmax of the FP8 kernels, on a consumer thread's two rows of a 64x128 score tile: a lazily rescaled
-// row maximum (tau 0.125), then P as the P V product's e4m3 A fragments, either exact, P8 = e4m3(2^(x - m + 8))
-// (p_mode "exact"), or as lean codes, the e4m3 value whose bit pattern is max(0, rne(8 (x - m) + 120)) (p_mode
-// "lean": two FMA-pipe instructions per score, no MUFU). Numerics: zyfa.numerics with p_shift 8.
+// The online softmax of the FP8 kernels, on a consumer thread's two rows of a 64x128 score tile: a lazily rescaled row
+// maximum (tau 0.125; after a query tile's first key tile found only when P's codes, written against m as it stands,
+// show that it may have moved), then P as the P V product's e4m3 A fragments, either exact, P8 = e4m3(2^(x - m + 8))
+// (p_mode "exact"), or as lean codes, the e4m3 value whose bit pattern is max(0, rne(8 (x - m) + 120)) (p_mode "lean":
+// two FMA-pipe instructions per score, no MUFU). Numerics: zyfa.numerics with p_shift 8.
 #pragma once
 
 #include "config.cuh"
@@ -86,7 +87,7 @@ __device__ __forceinline__ void exact_codes(const float (&s)[64], const RowState
 // or on a NaN code (0x7f), the warp takes the row maxima's path.
 constexpr uint32_t kMovedCodeBias = 0x07070707u;  // per byte: 0x79 + 7 = 0x80
 constexpr uint32_t kByteTops = 0x80808080u;
-constexpr float kCodeTestMaxM = 16384.0f;
+constexpr float kCodeTestMaxM = 16384.0f;  // 2^14
 
 __device__ __forceinline__ bool codes_may_have_moved(const uint32_t (&pf)[16], const RowState& st) {
   uint32_t tops = 0;
