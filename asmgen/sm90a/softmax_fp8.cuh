@@ -40,12 +40,20 @@ __device__ __forceinline__ void row_maxima(const float (&s)[64], RowState& st, f
   }
 }
 
-// Exact P: scores -> 2^(x - m + 8) in place (FP32, rounded to e4m3 by pack_p), x - m + 8 as one FMA.
+// Exact P of score register r before its e4m3 rounding: 2^(x - m + 8), x - m + 8 as one FMA.
+template <class C>
+struct ExactP {
+  float c, bias[2];
+  __device__ ExactP(const RowState& st, float c) : c(c), bias{C::kPShift - st.m[0], C::kPShift - st.m[1]} {}
+  __device__ __forceinline__ float operator()(float s, int r) const { return ex2(fmaf(s, c, bias[acc_half(r)])); }
+};
+
+// Exact P: scores -> 2^(x - m + 8) in place (FP32, rounded to e4m3 by pack_p).
 template <class C>
 __device__ __forceinline__ void exact_p(float (&s)[64], const RowState& st, float c) {
-  const float bias[2] = {C::kPShift - st.m[0], C::kPShift - st.m[1]};
+  const ExactP<C> p(st, c);
 #pragma unroll
-  for (int r = 0; r < 64; ++r) s[r] = ex2(fmaf(s[r], c, bias[acc_half(r)]));
+  for (int r = 0; r < 64; ++r) s[r] = p(s[r], r);
 }
 
 // Fragment register i of pack_p's order holds accumulator registers r, r + 1, r + 4, r + 5 from this r.
@@ -69,12 +77,11 @@ __device__ __forceinline__ void lean_p(const float (&s)[64], const RowState& st,
 // Exact P straight into the fragments, the scores kept (for the moved-maximum test's second pass).
 template <class C>
 __device__ __forceinline__ void exact_codes(const float (&s)[64], const RowState& st, float c, uint32_t (&pf)[16]) {
-  const float bias[2] = {C::kPShift - st.m[0], C::kPShift - st.m[1]};
-  auto p = [&](int r) { return ex2(fmaf(s[r], c, bias[acc_half(r)])); };
+  const ExactP<C> p(st, c);
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     const int r = fragment_reg(i);
-    pf[i] = pack_e4m3x4(p(r), p(r + 1), p(r + 4), p(r + 5));
+    pf[i] = pack_e4m3x4(p(s[r], r), p(s[r + 1], r + 1), p(s[r + 4], r + 4), p(s[r + 5], r + 5));
   }
 }
 
