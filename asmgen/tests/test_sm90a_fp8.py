@@ -107,20 +107,25 @@ def fp32(x):
     return np.asarray(x, dtype=np.float64).astype(np.float32)
 
 
+def lean_p(scores, c, m):
+    """softmax_fp8.cuh's lean_p, emulated in float64 (each FP32 operation rounded once, a fused multiply-add exact
+    before its rounding): v = sat(s c/16 + fp32(120 - 8m)/128), code = rne(128 v) (the FMA with 1.5 2^23); m of
+    the scores' last axis but one."""
+    scale, bias = fp32(c * fp32(8 / 128)), fp32(fp32(120 - fp32(8 * m)) / 128)
+    with np.errstate(invalid="ignore"):
+        v = np.clip(fp32(scores.astype(np.float64) * scale + bias[..., None]), 0, 1)
+    return np.round(v.astype(np.float64) * 128).astype(np.int64)  # half to even, like the 1.5 2^23 addition
+
+
 def test_lean_codes_of_the_saturating_fma_follow_the_model():
-    """softmax_fp8.cuh's lean_p, emulated in float64 (each FP32 operation rounded once, a fused multiply-add
-    exact before its rounding): v = sat(s c/16 + fp32(120 - 8m)/128), code = rne(128 v) (the FMA with 1.5 2^23).
-    The codes equal the model's max(0, rne(8 (x - m) + 120)) but for the FMA's fusion (rare one-code steps), and
-    masked keys (-inf) give code 0."""
+    """lean_p's codes (emulated) equal the model's max(0, rne(8 (x - m) + 120)) but for the FMA's fusion (rare
+    one-code steps), and masked keys (-inf) give code 0."""
     rng = np.random.default_rng(0)
     scores = fp32(rng.standard_normal(1 << 20) * 20)
     scores[::97] = -np.inf
     c = fp32(fp32(0.0883883476) * fp32(1.4426950409) * fp32(1.7))
     m = fp32(fp32(np.max(scores) * c) - fp32(0.1))  # a row maximum below the tile's by less than tau
-    scale, bias = fp32(c * fp32(8 / 128)), fp32(fp32(120 - fp32(8 * m)) / 128)
-    with np.errstate(invalid="ignore"):
-        v = np.clip(fp32(scores.astype(np.float64) * scale + bias), 0, 1)
-    codes = np.round(v.astype(np.float64) * 128).astype(np.int64)  # half to even, like the 1.5 2^23 addition
+    codes = lean_p(scores, c, m)
     t = torch.from_numpy(fp32(fp32(scores * c) - m))
     model = numerics.lean_codes(t, 8).numpy().astype(np.int64)
     assert codes.max() <= 121 and model.max() <= 121  # the P range guard at tau 0.125
@@ -164,9 +169,7 @@ def test_the_moved_maximum_test_on_the_codes_misses_no_move(magnitude):
     exact_y = fp32(s.astype(np.float64) * c + fp32(8.0 - m)[:, None])
     p = torch.from_numpy(fp32(np.exp2(exact_y.astype(np.float64)))).clamp(max=448.0)
     exact = p.to(torch.float8_e4m3fn).view(torch.uint8).numpy()
-    scale, bias = fp32(c * fp32(8 / 128)), fp32(fp32(120 - fp32(8 * m)) / 128)
-    v = np.clip(fp32(s.astype(np.float64) * scale + bias[:, None]), 0, 1)
-    lean = np.round(v.astype(np.float64) * 128).astype(np.int64)
+    lean = lean_p(s, c, m)
     margin = x_max - m
     for codes, quiet in ((exact, 0.08), (lean, 1 / 16 - 1e-3)):
         fires = code_test_fires(codes).any(axis=1)
