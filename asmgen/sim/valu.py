@@ -79,9 +79,17 @@ _float_op("v_min_f32", np.fmin, 2, "PCODE {NAME} (non-IEEE-signalling path: a Na
 _float_op("v_fma_f32", fma_f32, 3)
 _float_op("v_max3_f32", lambda a, b, c: np.fmax(np.fmax(a, b), c), 3)
 _float_op("v_med3_f32", _med3, 3)
-_float_op("v_exp_f32", lambda a: formats.flush_denormals(np.exp2(a)), 1,
+
+
+def _rounded_from_f64(fn):
+    """fn in float64, rounded once to float32: numpy's float32 transcendentals take CPU-specific SIMD paths (SVML
+    on AVX-512) whose last bit differs between machines, so the simulator's results would too."""
+    return lambda a: fn(a.astype(np.float64)).astype(np.float32)
+
+
+_float_op("v_exp_f32", lambda a: formats.flush_denormals(_rounded_from_f64(np.exp2)(a)), 1,
           "PCODE {NAME} + gfx950.md (results below 2^-126 flush to 0)")
-_float_op("v_log_f32", np.log2, 1)
+_float_op("v_log_f32", _rounded_from_f64(np.log2), 1)
 _float_op("v_rcp_f32", lambda a: formats.flush_denormals(np.float32(1) / a), 1,
           "PCODE {NAME} (exact reciprocal rounded once; hardware is within 1 ulp)")
 _float_op("v_floor_f32", np.floor, 1)
