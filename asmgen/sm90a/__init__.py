@@ -120,12 +120,19 @@ SCHEDULES = ("pingpong", "independent")
 # epilogue, docs/sm90a.md: at d = 128 ping-pong is 3-4% ahead at S = 1000 and 2-4% behind from 2K; at d_qk = 192
 # it is ahead up to 3K and behind from 4K): the entries' seqlen_min / seqlen_max, which dispatch reads.
 INDEPENDENT_FROM_SEQLEN = {128: 2048, 192: 4096}
+# The sequence length from which the BF16 ping-pong kernel with the moved-maximum test (kCodeTest) serves instead of
+# the independent one, both head dims. Measured on the H200 (docs/sm90a.md, "The moved-maximum test for BF16"):
+# ahead of the independent kernel from 8K (d = 128 +2% to +4%, d_qk = 192 +1% to +7%), level at 3K-6K, behind at
+# 2K (d = 128 -3%, d_qk = 192 against its ping-pong kernel -8%).
+CODE_TEST_FROM_SEQLEN = 8192
 
 
-def _seqlen_range(d_qk: int, schedule: str) -> dict:
+def _seqlen_range(d_qk: int, schedule: str, code_test: bool) -> dict:
+    if code_test:
+        return {"seqlen_min": CODE_TEST_FROM_SEQLEN, "seqlen_max": None}
     if schedule == "pingpong":
         return {"seqlen_min": None, "seqlen_max": INDEPENDENT_FROM_SEQLEN[d_qk]}
-    return {"seqlen_min": INDEPENDENT_FROM_SEQLEN[d_qk], "seqlen_max": None}
+    return {"seqlen_min": INDEPENDENT_FROM_SEQLEN[d_qk], "seqlen_max": CODE_TEST_FROM_SEQLEN}
 
 
 def _entry(dtype: str, d_qk: int, d_v: int, schedule: str, variant: str = "", **fields) -> dict:
@@ -153,16 +160,17 @@ def _entry(dtype: str, d_qk: int, d_v: int, schedule: str, variant: str = "", **
     return {**entry, "shared_bytes": shared_bytes(entry)}
 
 
-def _bf16_kernel(d_qk: int, d_v: int, tau: float, schedule: str) -> dict:
+def _bf16_kernel(d_qk: int, d_v: int, tau: float, schedule: str, code_test: bool = False) -> dict:
     return _entry(
-        "bf16", d_qk, d_v, schedule,
+        "bf16", d_qk, d_v, schedule, "code_test_" if code_test else "",
         p_mode="bf16",
         p_mode_default=True,
         p_shift=0,
         rowsum="fp32",
         rescale_threshold=tau,
         stages=STAGES,
-        **_seqlen_range(d_qk, schedule),
+        code_test=code_test,
+        **_seqlen_range(d_qk, schedule, code_test),
         args=ARGS,
     )
 
@@ -186,6 +194,13 @@ FP8_STAGES = {"exact": 3, "lean": 2}
 FP8_SCHEDULE = {"exact": "independent", "lean": "pingpong"}
 
 
+# FP8 p_modes whose key tiles after the first write P against the maximum as it stands and find the row maxima only
+# when the codes show one may have moved (kCodeTest, softmax_fp8.cuh; the results are bitwise the same). Measured on
+# the H200 in two runs (docs/sm90a.md, "The moved-maximum test on the codes") against the same kernels without it:
+# exact P +1% to +10% (d = 128 +1% to +7%), lean P +2% to +13%, but for d_qk = 192 at 2K MHA in one run (-2%, -3%).
+CODE_TEST_P_MODES = {"exact", "lean"}
+
+
 # FP8 p_modes: "exact" (the default) and "lean" (the API's p_mode="lean").
 FP8_P_MODES = ("exact", "lean")
 FP8_DEFAULT_P_MODE = "exact"
@@ -201,6 +216,7 @@ def _fp8_kernel(d_qk: int, d_v: int, schedule: str, p_mode: str) -> dict:
         rowsum="rounded",
         rescale_threshold=0.125,
         stages=stages,
+        code_test=p_mode in CODE_TEST_P_MODES,
         seqlen_min=None,  # the one schedule serves every length
         seqlen_max=None,
         v_transposed=True,  # the third tensor map is V^T with keys permuted within each 16 (host pre-pass)
@@ -208,8 +224,11 @@ def _fp8_kernel(d_qk: int, d_v: int, schedule: str, p_mode: str) -> dict:
     )
 
 
-BF16_KERNELS: list[dict] = [_bf16_kernel(d_qk, d_v, tau, schedule)
-                            for d_qk, d_v, tau in ((128, 128, 0.5), (192, 128, 8.0)) for schedule in SCHEDULES]
+# Per head dims: ping-pong for short prompts, then independent, then ping-pong with the moved-maximum test.
+BF16_KERNELS: list[dict] = [_bf16_kernel(d_qk, d_v, tau, schedule, code_test)
+                            for d_qk, d_v, tau in ((128, 128, 0.5), (192, 128, 8.0))
+                            for schedule, code_test in (("pingpong", False), ("independent", False),
+                                                        ("pingpong", True))]
 FP8_KERNELS: list[dict] = [_fp8_kernel(d_qk, 128, FP8_SCHEDULE[p_mode], p_mode) for p_mode in FP8_P_MODES
                            for d_qk in (128, 192)]
 KERNELS: list[dict] = BF16_KERNELS + FP8_KERNELS
@@ -235,11 +254,6 @@ VOTE_MAX_KERNELS = {(128, "independent")}
 # d = 128 -4% to +4% (mean +1%), d_qk = 192 -1% to +9% (mean +3%), its wait for K and V 146 -> 71 cycles per key tile
 # (8K); lean P ping-pong -2% to +4% (above +1% in 13 of 20 cells). BF16: -8% to +7% by schedule and length, not taken.
 PROBE_RING_DTYPES = {"fp8e4m3"}
-# FP8 p_modes whose key tiles after the first write P against the maximum as it stands and find the row maxima only
-# when the codes show one may have moved (kCodeTest, softmax_fp8.cuh; the results are bitwise the same). Measured on
-# the H200 in two runs (docs/sm90a.md, "The moved-maximum test on the codes") against the same kernels without it:
-# exact P +1% to +10% (d = 128 +1% to +7%), lean P +2% to +13%, but for d_qk = 192 at 2K MHA in one run (-2%, -3%).
-CODE_TEST_P_MODES = {"exact", "lean"}
 _SCHEDULE_TYPES = {"pingpong": "PingPong", "independent": "Independent"}
 
 
@@ -253,8 +267,7 @@ def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bo
     """kernel_config.cuh of one kernel: its symbol and zyfa::Config (config.cuh), from its manifest entry and the
     measured choices above. The keywords are choices a measurement variant makes differently
     (asmgen/sm90a/experiments; default: PINNED_SCHEDULES, VOTE_MAX_KERNELS, SCATTERED_INDEX_KERNELS,
-    DIRECT_STORE_KERNELS, PROBE_RING_DTYPES and CODE_TEST_P_MODES; pin_softmax and vote_max are BF16 choices,
-    code_test an FP8 one)."""
+    DIRECT_STORE_KERNELS, PROBE_RING_DTYPES and the entry's code_test; pin_softmax and vote_max are BF16 choices)."""
     broadcasts = (kernel["dtype"], kernel["d_qk"], kernel["schedule"]) not in SCATTERED_INDEX_KERNELS
     fields = [
         ("int", "kDQk", kernel["d_qk"]),
@@ -265,6 +278,7 @@ def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bo
         ("bool", "kStagedStore", _cxx_bool(staged_store(kernel["dtype"], kernel["p_mode"]) if staged is None
                                            else staged)),
         ("bool", "kProbeRing", _cxx_bool(kernel["dtype"] in PROBE_RING_DTYPES if probe_ring is None else probe_ring)),
+        ("bool", "kCodeTest", _cxx_bool(kernel["code_test"] if code_test is None else code_test)),
     ]
     if kernel["dtype"] == "bf16":
         element = "Bf16"
@@ -278,10 +292,8 @@ def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bo
         if (pin_softmax, vote_max) != (None, None):
             raise ValueError(f"{kernel['name']}: pin_softmax and vote_max are BF16 choices")
         element = "E4m3"
-        tests_codes = kernel["p_mode"] in CODE_TEST_P_MODES if code_test is None else code_test
         fields += [
             ("PMode", "kPMode", "PMode::kLean" if kernel["p_mode"] == "lean" else "PMode::kExact"),
-            ("bool", "kCodeTest", _cxx_bool(tests_codes)),
         ]
     fields.append(("int", "kDynamicSharedBytes", kernel["shared_bytes"] - RESERVED_SHARED))
     lines = [f"// {kernel['name']}: written by asmgen.sm90a.config_header from its manifest entry",

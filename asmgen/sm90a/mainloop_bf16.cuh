@@ -2,7 +2,9 @@
 // order (the numerics model's order), then the epilogue. S = Q K^T and O += P V with wgmma, the softmax in
 // registers between them. After the first key tile every step issues QK^T of tile j and P V of tile j-1 together,
 // waits for S only and runs tile j's softmax under the running P V, then waits for P V, rescales O if the row
-// maximum moved and packs P. Only the diagonal key tile, a separate instance of the step, is masked.
+// maximum moved and packs P. With the moved-maximum test (C::kCodeTest) P is packed under P V too, into the other of
+// two fragment sets (the running P V reads the first), which take turns two steps per loop trip. Only the diagonal
+// key tile, a separate instance of the step, is masked.
 #pragma once
 
 #include "epilogue.cuh"
@@ -66,6 +68,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
   RowState st;
   float s[64], o[64];
   uint32_t pf[32];  // P fragments read by the next P V
+  uint32_t pf2[32];  // C::kCodeTest: the other set, written while the running P V reads `pf`
 
   const ConsumerRing<C> smem_ring{base, lane};
   const uint32_t stage = smem_ring.staging(consumer, warp);
@@ -103,7 +106,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       ring.advance();
 
       // One key tile after the first: S of this tile and P V of the previous one in flight together.
-      auto step = [&](auto diagonal) {
+      auto step = [&](auto diagonal, uint32_t(&pf_read)[32], uint32_t(&pf_write)[32]) {
         if (turn.leads()) {
           loads.wait_k(bars, ring);
           loads.wait_v(bars, prev);
@@ -111,7 +114,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         turn.issue([&] {
           issue_qk<C>(s, q_rows, smem_ring.k_tile(ring));
           wgmma_commit();
-          issue_pv<C>(o, pf, smem_ring.v_tile(prev));
+          issue_pv<C>(o, pf_read, smem_ring.v_tile(prev));
           wgmma_commit();
         });
         wgmma_wait<1>();  // S of this tile is ready; P V of the previous one may still run
@@ -122,29 +125,57 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
           smem_ring.release(bars.q_empty());
           mask_diagonal(s, row0, lane);
         }
-        softmax_tile<C>(s, st, scale_log2, factor);
+        bool packed = false;
+        if constexpr (C::kCodeTest) {
+          packed = !codes_may_have_moved<C>(s, st, scale_log2, pf_write);
+          factor[0] = factor[1] = 1.0f;
+        }
+        if (!packed) softmax_tile<C>(s, st, scale_log2, factor);
         fence_regs(s);  // the exponentials are done before the wait below, i.e. under the running P V
         if constexpr (C::kPinSoftmax) smem_ring.release(pinned_address(bars.k_empty(ring.slot), st));
+        if constexpr (C::kCodeTest) {
+          if (!packed) pack_p(s, pf_write);  // the other set: the running P V reads pf_read
+        }
         wgmma_wait<0>();
         fence_regs(o);
         smem_ring.release(bars.v_empty(prev.slot));
         rescale_o(o, factor);
-        pack_p(s, pf);
+        if constexpr (!C::kCodeTest) pack_p(s, pf_write);
         prev = ring;
         ring.advance();
       };
-      for (int kt = 1; kt < tile; ++kt) step(std::false_type{});
-      if (tile > 0) step(std::true_type{});  // only the diagonal tile needs the causal mask
-
-      // P V of the last key tile.
-      loads.wait_v(bars, prev);
-      turn.issue([&] {
-        issue_pv<C>(o, pf, smem_ring.v_tile(prev));
-        wgmma_commit();
-      });
-      wgmma_wait<0>();
-      fence_regs(o);
-      smem_ring.release(bars.v_empty(prev.slot));
+      // The last key tile's P V, from `pf_last`.
+      auto last_pv = [&](const uint32_t(&pf_last)[32]) {
+        loads.wait_v(bars, prev);
+        turn.issue([&] {
+          issue_pv<C>(o, pf_last, smem_ring.v_tile(prev));
+          wgmma_commit();
+        });
+        wgmma_wait<0>();
+        fence_regs(o);
+        smem_ring.release(bars.v_empty(prev.slot));
+      };
+      if constexpr (C::kCodeTest) {  // the two P sets take turns: two steps per loop trip
+        int kt = 1;
+        for (; kt + 1 < tile; kt += 2) {
+          step(std::false_type{}, pf, pf2);
+          step(std::false_type{}, pf2, pf);
+        }
+        if (kt < tile) {
+          step(std::false_type{}, pf, pf2);
+          step(std::true_type{}, pf2, pf);
+          last_pv(pf);
+        } else if (tile > 0) {
+          step(std::true_type{}, pf, pf2);
+          last_pv(pf2);
+        } else {
+          last_pv(pf);
+        }
+      } else {
+        for (int kt = 1; kt < tile; ++kt) step(std::false_type{}, pf, pf);
+        if (tile > 0) step(std::true_type{}, pf, pf);  // only the diagonal tile needs the causal mask
+        last_pv(pf);
+      }
 
       store_tile<C>(p, job, tile, consumer, warp, lane, o, st, [] { return 1.0f; }, stage);
     });

@@ -20,7 +20,7 @@ from pathlib import Path
 from . import cuobjdump
 
 OBJECTS = Path(__file__).resolve().parents[2] / "packages/zyfa-kernels/src/zyfa_kernels/objects/sm90a"
-_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4}\*/\s+([^;]*);")
+_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);")  # addresses past 64 KiB have more digits
 _ADDRESSED = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
 _FUNCTION = re.compile(r"\n\s*Function : (\S+)")
 LOCAL_MEMORY = re.compile(r"\b(LDL|STL)\b")

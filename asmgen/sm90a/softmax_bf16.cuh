@@ -40,6 +40,47 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float
   }
 }
 
+// The moved-maximum test on the packed P (C::kCodeTest, as the FP8 kernels' on their codes): P written against m as
+// it stands is the tile's P unless a row maximum moves by more than tau, and then some p = 2^(x - m) exceeds 2^tau,
+// so its BF16 value is at least bf16(2^tau) (rounding is monotonic). Adding 0x8000 - bf16(2^tau) to each 16-bit half
+// sets the half's top bit exactly for the values from bf16(2^tau) on (P >= 0: no carry leaves a half, up to the NaN
+// 0x7fc0). Quiet below: x - m <= tau - 0.004 (the BF16 value below bf16(2^tau) and its rounding interval), far above
+// the roundings of x - m while |m| < 2^10; past that, and for the first key tile, the warp takes the row maxima.
+template <class C>
+__host__ __device__ constexpr uint32_t bf16_of_exp2_tau() {
+  static_assert(C::kTau == 0.5f || C::kTau == 8.0f, "kCodeTest: bf16(2^tau) is tabulated for tau 0.5 and 8");
+  return C::kTau == 0.5f ? 0x3fb5u : 0x4380u;  // bf16(1.41421356) = 1.4140625; bf16(256)
+}
+constexpr uint32_t kHalfTops = 0x80008000u;
+constexpr float kCodeTestMaxMBf16 = 1024.0f;  // 2^10
+
+// P against m as it stands into `pf`, the tile's row sums added to a copy of l in the order softmax_tile adds them
+// (bitwise its l when no maximum moves); true when the packed P shows that a row maximum may have moved.
+template <class C>
+__device__ __forceinline__ bool codes_may_have_moved(const float (&s)[64], RowState& st, float scale_log2,
+                                                     uint32_t (&pf)[32]) {
+  constexpr uint32_t kBias = (0x8000u - bf16_of_exp2_tau<C>()) * 0x10001u;
+  float l[2] = {st.l[0], st.l[1]};
+  uint32_t tops = 0;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int h = acc_half(2 * i);
+    const float p0 = ex2(fmaf(s[2 * i], scale_log2, -st.m[h]));
+    const float p1 = ex2(fmaf(s[2 * i + 1], scale_log2, -st.m[h]));
+    l[h] += p0;
+    l[h] += p1;
+    pf[i] = pack_bf16x2(p0, p1);
+    tops |= pf[i] + kBias;
+  }
+  const bool near = fabsf(st.m[0]) < kCodeTestMaxMBf16 && fabsf(st.m[1]) < kCodeTestMaxMBf16;
+  const bool moved = __any_sync(0xffffffff, (tops & kHalfTops) != 0 || !near);
+  if (!moved) {
+    st.l[0] = l[0];
+    st.l[1] = l[1];
+  }
+  return moved;
+}
+
 // `bar`, made to depend on every probability of the tile for ptxas (C::kPinSoftmax): the row sums are sums of
 // values >= +0, or a NaN, which FP32 arithmetic returns as the canonical 0x7FFFFFFF, so their sum never has the
 // sign bit set and the select always yields `bar`; ptxas cannot prove that and keeps the data dependency.

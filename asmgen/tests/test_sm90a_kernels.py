@@ -32,6 +32,7 @@ def test_config_header_is_the_manifest_entry():
         assert float(config["kTau"].removesuffix("f")) == entry["rescale_threshold"]
         assert int(config["kDynamicSharedBytes"]) == entry["shared_bytes"] - sm90a.RESERVED_SHARED
         assert config["Schedule"] == {"pingpong": "PingPong", "independent": "Independent"}[entry["schedule"]]
+        assert config["kCodeTest"] == ("true" if entry["code_test"] else "false")
 
 
 def test_shipped_kernels_take_the_measured_choices():
@@ -41,7 +42,16 @@ def test_shipped_kernels_take_the_measured_choices():
         assert config["kPinSoftmax"] == ("true" if pinned else "false")
         votes = (entry["d_qk"], entry["schedule"]) in sm90a.VOTE_MAX_KERNELS
         assert config["kVoteMax"] == ("true" if votes else "false")
-        assert (count(sass.instructions(sass.OBJECTS / entry["file"]), "VOTE.ANY") > 0) == votes
+        # the moved-maximum test votes too
+        voting = votes or entry["code_test"]
+        assert (count(sass.instructions(sass.OBJECTS / entry["file"]), "VOTE.ANY") > 0) == voting
+    # per head dims: ping-pong, then independent, then ping-pong with the moved-maximum test, in that order of S
+    for d_qk in (128, 192):
+        ranges = [(k["seqlen_min"] or 0, k["schedule"], k["code_test"])
+                  for k in sm90a.BF16_KERNELS if k["d_qk"] == d_qk]
+        assert sorted(ranges) == [(0, "pingpong", False),
+                                  (sm90a.INDEPENDENT_FROM_SEQLEN[d_qk], "independent", False),
+                                  (sm90a.CODE_TEST_FROM_SEQLEN, "pingpong", True)]
 
 
 def test_broadcast_index_puts_the_descriptors_in_uniform_registers():
@@ -53,7 +63,10 @@ def test_broadcast_index_puts_the_descriptors_in_uniform_registers():
         assert config["kBroadcastIndex"] == ("true" if broadcasts else "false")
         code = sass.instructions(sass.OBJECTS / entry["file"])
         gemms = sum("GMMA" in c for c in code)
-        assert (count(code, "R2UR") < gemms) == broadcasts, entry["name"]
+        # but for the BF16 code-test kernels, whose second P set leaves ptxas no uniform registers for them: it
+        # converts the descriptors before each wgmma as without the broadcast (as measured, docs/sm90a.md)
+        uniform = broadcasts and not (entry["dtype"] == "bf16" and entry["code_test"])
+        assert (count(code, "R2UR") < gemms) == uniform, entry["name"]
 
 
 def test_staged_epilogues_store_o_in_whole_rows():
@@ -70,7 +83,14 @@ def test_staged_epilogues_store_o_in_whole_rows():
 
 def test_report_shows_the_pinned_softmax_of_the_shipped_kernels():
     for entry in sm90a.BF16_KERNELS:
-        steady, diagonal = sass.steps(sass.instructions(sass.OBJECTS / entry["file"]))
+        found = sass.steps(sass.instructions(sass.OBJECTS / entry["file"]))
+        if entry["code_test"]:
+            # two P sets in turn, two steps per loop trip (and three tail forms): each step's P is written into the
+            # set no P V reads, so ptxas keeps the exponentials of both paths (the test's and the row maxima's) under
+            # P V
+            assert len(found) == 5 and all(s.exponentials >= 128 and s.exposed < 120 for s in found), entry["name"]
+            continue
+        steady, diagonal = found
         if entry["schedule"] in sm90a.PINNED_SCHEDULES:
             # all exponentials under P V, held there by the K release just before the wait
             assert steady.exponentials == diagonal.exponentials == 66
@@ -106,3 +126,32 @@ def test_vote_skips_the_quad_reductions_behind_a_warp_vote():
 def test_shipped_kernels_use_no_local_memory():
     for entry in sm90a.BF16_KERNELS:
         assert not any(sass.LOCAL_MEMORY.search(c) for c in sass.instructions(sass.OBJECTS / entry["file"]))
+
+
+def test_the_bf16_moved_maximum_test_misses_no_move():
+    """The BF16 moved-maximum test (softmax_bf16.cuh, kCodeTest), emulated: P = bf16(fp32(2^fp32(c s - m))) against
+    m as it stands, 0x8000 - bf16(2^tau) added to each half; its top bit is set for every row whose maximum the model
+    moves (x_max > m + tau in FP32) at both BF16 taus, and for none while x - m stays 0.005 below tau."""
+    import re
+
+    import numpy as np
+    import torch
+
+    text = (sm90a.SOURCE_DIR / "softmax_bf16.cuh").read_text()
+    low, high = (int(x, 16) for x in re.search(r"return C::kTau == 0\.5f \? (0x[0-9a-f]+)u : (0x[0-9a-f]+)u;",
+                                                  text).groups())
+    rng = np.random.default_rng(2)
+    for tau, threshold in ((0.5, low), (8.0, high)):
+        assert threshold == int(torch.tensor(2.0**tau).bfloat16().view(torch.int16)) & 0xFFFF
+        c = np.float32(0.0883883476 * 1.4426950409)
+        s = (rng.standard_normal((4096, 64)) * 4).astype(np.float32)
+        x_max = (s.max(axis=1) * c).astype(np.float32)
+        m = (x_max - rng.uniform(tau - 0.3, tau + 0.3, size=x_max.shape)).astype(np.float32)
+        moved = x_max > (m + np.float32(tau)).astype(np.float32)
+        y = (s.astype(np.float64) * c - m[:, None]).astype(np.float32)  # one FMA
+        p = torch.from_numpy(np.exp2(y.astype(np.float64)).astype(np.float32)).bfloat16()
+        halves = p.view(torch.int16).numpy().astype(np.int64) & 0xFFFF
+        fires = (((halves + 0x8000 - threshold) & 0x8000) != 0).any(axis=1)
+        assert moved.any() and (~moved).any()
+        assert fires[moved].all()
+        assert not fires[x_max - m < tau - 0.005].any()

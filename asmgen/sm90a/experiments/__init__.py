@@ -11,8 +11,7 @@ shipped kernels. A variant equal to its shipped kernel is left out, and so is on
 not hold are kept as patches here (exp2_poly.patch: exponentials on the FMA pipe for a share of exact P's scores;
 transpose_v_smem.patch: the FP8 kernels make V^T in shared memory, no pre-pass; both measured; timing.patch: a
 stopwatch in the FP8 key loop, whose sums `python -m asmgen.sm90a.experiments.timing DIR` prints; alternate.patch:
-the FP8 consumers take turns over their softmax, measured slower; bf16_code_test.patch: the FP8 kernels'
-moved-maximum test for the BF16 kernels, prepared), the FMA-pipe exponential the BF16 kernels
+the FP8 consumers take turns over their softmax, measured slower), the FMA-pipe exponential the BF16 kernels
 measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks), and microbenchmarks of the FP8
 softmax's pipes and of its step alone (pipes.cu, softmax_alone.cu: `python -m asmgen.sm90a.experiments.microbench`).
 --patch builds a patch's variants in a copy of the generator with the patch applied, the working tree left as it
@@ -54,6 +53,10 @@ BF16_VARIANTS = {
     "direct": ({"same_results_as_shipped": True}, {"staged": False}, ("bf16",)),
     # the next step's K and V probed under the softmax (kProbeRing): bitwise the same results
     "probe": ({"same_results_as_shipped": True}, {"probe_ring": True}, ("bf16",)),
+    # the moved-maximum test on the packed P (kCodeTest) where the shipped kernel has none, and the row maxima of
+    # every tile where it has it: bitwise the same results
+    "code_test": ({"same_results_as_shipped": True}, {"code_test": True}, ("bf16",)),
+    "no_code_test": ({"same_results_as_shipped": True}, {"code_test": False}, ("bf16",)),
 }
 FP8_VARIANTS = {
     "stages2": ({"stages": 2}, {}, ("exact",)),  # the K/V^T ring one slot shallower than shipped

@@ -100,7 +100,7 @@ def test_each_p_mode_of_the_manifest_is_a_zyfa_contender(monkeypatch):
         return q
 
     monkeypatch.setattr(zyfa, "flash_attn_func", flash_attn_func)
-    monkeypatch.setattr(contenders, "other_schedules", lambda config, kernels, p_mode: [])
+    monkeypatch.setattr(contenders, "other_kernels", lambda config, kernels, p_mode: [])
     made = contenders.zyfa_contenders(Config("fp8", 128, 128, 4096, 32, 32), SimpleNamespace(
         q=1, k=2, v=3, descales={}), "sm90a")
     assert [(c.name, c.note) for c in made] == [("zyfa", "lean_a"), ("zyfa-exact", "exact_a, exact_b")]
@@ -120,8 +120,8 @@ def test_other_schedules_and_variants_are_launched_directly(monkeypatch):
     config = Config("fp8", 128, 128, 2048, 8, 2)
     dispatched = contenders.zyfa_kernels_for(config, "sm90a")
     shipped = [k for k in zyfa_kernels.manifest().of("sm90a") if (k.dtype, k.d_qk, k.d_v) == ("fp8e4m3", 128, 128)]
-    others = contenders.other_schedules(config, dispatched, contenders._default_p_mode(dispatched))
-    assert {k.schedule for k in others}.isdisjoint({k.schedule for k in dispatched})
+    others = contenders.other_kernels(config, dispatched, contenders._default_p_mode(dispatched))
+    assert {k.name for k in others}.isdisjoint({k.name for k in dispatched})
     assert {k.name for k in others} <= {k.name for k in shipped}
     variant = type(shipped[0])({**shipped[0].fields, "name": "fp8_variant"}, shipped[0]._root)
     bf16_variant = next(k for k in zyfa_kernels.manifest().of("sm90a") if k.dtype == "bf16")
@@ -134,7 +134,8 @@ def test_other_schedules_and_variants_are_launched_directly(monkeypatch):
     made = contenders.zyfa_contenders(config, x, "sm90a", [variant, bf16_variant])
     names = [c.name for c in made]
     assert names[-1] == "fp8_variant" and bf16_variant.name not in names  # only the configuration's dtype
-    assert [n for n in names if n in {f"zyfa-{k.schedule}" for k in shipped}] == [f"zyfa-{k.schedule}" for k in others]
+    labels = {f"zyfa-{contenders.kernel_label(k)}" for k in shipped}
+    assert [n for n in names if n in labels] == [f"zyfa-{contenders.kernel_label(k)}" for k in others]
     made[-1].call()
     assert launches == [("fp8_variant", 128 ** -0.5, "bshd", [(1, 2)] * 3)]  # descales per (batch, kv head)
     (skip,) = contenders.zyfa_contenders(config, x, "gfx950", [variant])[-1:]

@@ -24,8 +24,9 @@ SMS = 132
 PACK = {"ptr": "<Q", "i64": "<q", "i32": "<i", "u32": "<I", "f32": "<f"}
 
 
-def kernel(d_qk: int = 128, schedule: str = "pingpong"):
-    return zyfa_kernels.manifest().find("sm90a", dtype="bf16", d_qk=d_qk, d_v=128, schedule=schedule)
+def kernel(d_qk: int = 128, schedule: str = "pingpong", code_test: bool = False):
+    return zyfa_kernels.manifest().find("sm90a", dtype="bf16", d_qk=d_qk, d_v=128, schedule=schedule,
+                                        code_test=code_test)
 
 
 def operands(batch, seqlen, heads, heads_k, d_qk, layout):
@@ -100,19 +101,22 @@ def test_plan_refuses_what_the_kernel_cannot_address():
 
 
 def test_kernel_choice_follows_the_manifests_seqlen_ranges():
-    """Ping-pong below the measured crossover of each head dim, independent from it: read from the entries'
-    [seqlen_min, seqlen_max), which the build writes from asmgen.sm90a. FP8 has one kernel per head dims."""
+    """Ping-pong below the measured crossover of each head dim, independent from it, ping-pong with the moved-maximum
+    test from the second one: read from the entries' [seqlen_min, seqlen_max), which the build writes from
+    asmgen.sm90a. FP8 has one kernel per head dims and p_mode."""
     for d_qk in (128, 192):
         dims = f"d{d_qk}" if d_qk == 128 else "d192_128"
-        crossover = sources.INDEPENDENT_FROM_SEQLEN[d_qk]
-        for seqlen, schedule in ((1, "pingpong"), (crossover - 1, "pingpong"), (crossover, "independent"),
-                                 (131072, "independent")):
-            assert sm90a.find_kernel(torch.bfloat16, d_qk, 128, seqlen).name == f"sm90a_fwd_bf16_{dims}_{schedule}"
+        crossover, tested = sources.INDEPENDENT_FROM_SEQLEN[d_qk], sources.CODE_TEST_FROM_SEQLEN
+        for seqlen, name in ((1, "pingpong"), (crossover - 1, "pingpong"), (crossover, "independent"),
+                             (tested - 1, "independent"), (tested, "code_test_pingpong"),
+                             (131072, "code_test_pingpong")):
+            assert sm90a.find_kernel(torch.bfloat16, d_qk, 128, seqlen).name == f"sm90a_fwd_bf16_{dims}_{name}"
         for seqlen in (1, 4096, 1 << 20):
             assert sm90a.find_kernel(torch.float8_e4m3fn, d_qk, 128, seqlen).dtype == "fp8e4m3"
     for entry in sources.BF16_KERNELS:
         k = zyfa_kernels.manifest().find("sm90a", name=entry["name"])
-        assert {"seqlen_min": k.seqlen_min, "seqlen_max": k.seqlen_max} == sources._seqlen_range(k.d_qk, k.schedule)
+        assert {"seqlen_min": k.seqlen_min, "seqlen_max": k.seqlen_max} == sources._seqlen_range(
+            k.d_qk, k.schedule, k.fields["code_test"])
         assert (k.p_mode, k.p_mode_default, k.p_shift, k.rowsum, k.offset_bits) == ("bf16", True, 0, "fp32", 64)
 
 

@@ -29,8 +29,8 @@ from .runner import Options, run
 EPILOG = """\
 Contenders: zyfa (the configurations of zyfa_kernels.manifest for this GPU's target, the call without p_mode, and
 zyfa-<p_mode> for every other p_mode the manifest serves; the reference path on the CPU; on sm90a also
-zyfa-<schedule>, a shipped kernel of the schedule the call does not dispatch to at this S, and the kernel
-variants of --variants, each launched directly) and, where installed,
+zyfa-<kernel>, each shipped kernel the call does not dispatch to at this S (named by what follows the head dims
+in its name), and the kernel variants of --variants, each launched directly) and, where installed,
 fa3 (flash_attn_interface or fa3_fwd_interface; FP8 descales of shape (batch, heads_k)), cudnn-fp8
 (nvidia-cudnn-frontend's sdpa_fp8 graph, FP8 output), sdpa-cudnn / sdpa-flash / sdpa-efficient (torch SDPA with
 one backend, BF16), flashinfer (BF16) and, on ROCm, aiter. Every contender gets the same inputs (FP8:

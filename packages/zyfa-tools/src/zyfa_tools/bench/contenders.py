@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import inspect
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -102,7 +103,7 @@ def _fits(kernel, config: Config) -> bool:
 
 def zyfa_contenders(config: Config, x: Inputs, target: str, variants=()) -> list[Contender | Skip]:
     """"zyfa": the call without p_mode, and for FP8 one "zyfa-<p_mode>" per other p_mode the manifest serves; on
-    sm90a "zyfa-<schedule>" for each shipped kernel of a schedule the call does not dispatch to at this length, and
+    sm90a "zyfa-<kernel>" for each shipped kernel the call does not dispatch to at this length (kernel_label), and
     each of `variants` (manifest entries) of the configuration's dtype and head dims under its own name."""
     if target == "reference":
         return [Contender("zyfa", lambda: zyfa.flash_attn_func(x.q, x.k, x.v, causal=True, **x.descales),
@@ -126,18 +127,24 @@ def zyfa_contenders(config: Config, x: Inputs, target: str, variants=()) -> list
     if target != "sm90a":
         return made + [Skip(v.name, f"kernel variants are launched on sm90a only, not {target}") for v in variants
                        if _fits(v, config)]
-    made += [_launch(k, config, x, f"zyfa-{k.schedule}") for k in other_schedules(config, kernels, default)]
+    made += [_launch(k, config, x, f"zyfa-{kernel_label(k)}") for k in other_kernels(config, kernels, default)]
     return made + [_launch(v, config, x, v.name) for v in variants if _fits(v, config)]
 
 
-def other_schedules(config: Config, kernels, p_mode: str) -> list:
-    """The shipped sm90a kernels of `config`'s dtype, head dims and `p_mode` whose schedule none of `kernels` (those
-    serving config.seqlen) has: the schedule the call would take at other lengths."""
+def other_kernels(config: Config, kernels, p_mode: str) -> list:
+    """The shipped sm90a kernels of `config`'s dtype, head dims and `p_mode` that none of `kernels` (those serving
+    config.seqlen) is: the kernels the call takes at other lengths."""
     import zyfa_kernels
 
-    dispatched = {k.schedule for k in kernels if k.p_mode == p_mode}
+    dispatched = {k.name for k in kernels}
     return [k for k in zyfa_kernels.manifest().of("sm90a")
-            if _fits(k, config) and k.p_mode == p_mode and k.schedule not in dispatched]
+            if _fits(k, config) and k.p_mode == p_mode and k.name not in dispatched]
+
+
+def kernel_label(kernel) -> str:
+    """What tells a kernel from the others of its dtype and head dims: its name after them (e.g. "pingpong",
+    "independent", "code_test_pingpong")."""
+    return re.sub(r"^.*?_d\d+(_\d+)?_", "", kernel.name)
 
 
 def _sdpa(backend_name_: str, device: torch.device):
