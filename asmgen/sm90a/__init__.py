@@ -121,9 +121,10 @@ SCHEDULES = ("pingpong", "independent")
 # it is ahead up to 3K and behind from 4K): the entries' seqlen_min / seqlen_max, which dispatch reads.
 INDEPENDENT_FROM_SEQLEN = {128: 2048, 192: 4096}
 # The sequence length from which the BF16 ping-pong kernel with the moved-maximum test (kCodeTest) serves instead of
-# the independent one, both head dims. Measured on the H200 in two runs (docs/sm90a.md, "The moved-maximum test for
-# BF16"): ahead from 8K (d = 128 +2% to +5%, d_qk = 192 +1% to +11%) and at S = 6000 (-0.4% to +3%), mixed at 4K
-# (-3% to +2%), behind at 2K (d = 128 -3%, d_qk = 192 -1% to -8% against its ping-pong kernel): between 4K and 6000.
+# the independent one, both head dims. Measured on the H200 in two runs each (docs/sm90a.md, "The moved-maximum test
+# for BF16"): ahead from 8K (d = 128 0 to +6%, level at 16K; d_qk = 192 +4% to +12%), at 5120 and 6000 (-0.4% to
+# +8%), mixed at 4K (-3% to +5%), level at 2K for d = 128 and behind for d_qk = 192 (-1% to -8% against its ping-pong
+# kernel): from between 4K and 6000.
 CODE_TEST_FROM_SEQLEN = 5120
 
 
