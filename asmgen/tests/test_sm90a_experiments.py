@@ -118,6 +118,39 @@ def test_the_timing_patch_builds_timed_fp8_variants_whose_sums_the_reader_averag
     assert rows[0]["kv_wait"] == 20 and rows[0]["softmax"] == 200 and rows[1]["softmax"] == 200.2
 
 
+
+def test_the_timing_patch_builds_timed_bf16_variants_whose_laps_bound_the_p_v_wait(tmp_path):
+    from asmgen.sm90a.experiments import timing
+
+    entries = experiments.build_patched(tmp_path, "timing.patch", ["timed"], ["bf16"])
+    # every BF16 kernel, the d_qk = 192 code-test one too: its sums but the step's leave the registers per tile
+    assert {e["name"] for e in entries} == {f"{k['name']}_timed" for k in sm90a.BF16_KERNELS}
+    for entry in entries:
+        assert entry["timed"] and entry["resources"]["local_bytes"] == 0
+        code = [c for c in sass.instructions(tmp_path / entry["file"]) if not c.startswith("NOP")]
+        waits = [i for i, c in enumerate(code) if sass.S_WAIT in c]
+        # laps around the P V wait where the softmax is held ahead of it (pinned, or the moved-maximum test); none
+        # just before it where ptxas sinks the softmax past it
+        ahead = entry["schedule"] in sm90a.PINNED_SCHEDULES or entry["code_test"]
+        for wait in waits:
+            pv_wait = next(i for i in range(wait + 1, len(code)) if sass.PV_WAIT in code[i])
+            assert ("SR_CLOCKLO" in code[pv_wait - 1]) == ahead
+        # from one step's S wait to the next, one clock read per lap: no lap's time read again later
+        assert sum("SR_CLOCKLO" in c for c in code[waits[0]:waits[1]]) == (6 if ahead else 5)
+    # two CTAs: consumer warp 0 of each warpgroup, 10 steps; BF16's P V wait and tail in two of FP8's fine slots
+    slots = timing.SLOTS["bf16"]
+    sums = [0] * (2 * timing.CONSUMER_WARPS * len(slots))
+    for cta, scale in ((0, 1), (1, 3)):
+        for consumer in (0, 1):
+            base = (cta * timing.CONSUMER_WARPS + 4 * consumer) * len(slots)
+            for phase, cycles in (("kv_wait", 100), ("gemm_wait", 300), ("pv_wait", 400), ("tail", 500 + consumer)):
+                sums[base + slots.index(phase)] = cycles * scale
+            sums[base + slots.index("steps")] = 10
+    rows = timing.per_step(sums, grid=2, dtype="bf16")
+    assert rows[0]["kv_wait"] == 20 and rows[0]["pv_wait"] == 80 and rows[1]["tail"] == 100.2
+    assert rows[0]["pre"] == rows[0]["packing"] == 0  # FP8's fine parts: no BF16 phase
+    assert timing.per_step(sums, grid=2)[0]["pre"] == 80  # the same slot read as FP8's
+
 def test_the_alternate_patch_puts_each_steps_exponentials_inside_a_turn(tmp_path):
     entries = experiments.build_patched(tmp_path, "alternate.patch", ["alternate"], ["fp8e4m3"])
     assert {(e["p_mode"], e["d_qk"]) for e in entries} == {(p, d) for p in ("exact", "lean") for d in (128, 192)}
