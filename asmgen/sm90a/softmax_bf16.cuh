@@ -9,6 +9,10 @@
 
 namespace zyfa {
 
+// p = 2^(c s - m), x - m as one FMA c s - m: one rounding fewer than the model (a last-bit difference); the model's
+// two roundings measured 3-8% slower at d = 128.
+__device__ __forceinline__ float prob(float s, float scale_log2, float m) { return ex2(fmaf(s, scale_log2, -m)); }
+
 // Scores of one key tile -> probabilities in place; returns per-row factors for O (1 where m did not move).
 // C::kVoteMax: c > 0, so the maximum of the scaled scores is the scaled maximum, with the same rounding, and a row's
 // maximum exceeds m + tau exactly when one of its quad's partial maxima does; a warp vote then skips the two
@@ -33,9 +37,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float
 #pragma unroll
   for (int r = 0; r < 64; ++r) {
     const int h = acc_half(r);
-    // x - m as one FMA c s - m: one rounding fewer than the model (a last-bit difference); the model's two roundings
-    // measured 3-8% slower at d = 128
-    s[r] = ex2(fmaf(s[r], scale_log2, -st.m[h]));
+    s[r] = prob(s[r], scale_log2, st.m[h]);
     st.l[h] += s[r];
   }
 }
@@ -65,15 +67,14 @@ __device__ __forceinline__ bool codes_may_have_moved(const float (&s)[64], RowSt
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     const int h = acc_half(2 * i);
-    const float p0 = ex2(fmaf(s[2 * i], scale_log2, -st.m[h]));
-    const float p1 = ex2(fmaf(s[2 * i + 1], scale_log2, -st.m[h]));
+    const float p0 = prob(s[2 * i], scale_log2, st.m[h]);
+    const float p1 = prob(s[2 * i + 1], scale_log2, st.m[h]);
     l[h] += p0;
     l[h] += p1;
     pf[i] = pack_bf16x2(p0, p1);
     tops |= pf[i] + kBias;
   }
-  const bool near = fabsf(st.m[0]) < kCodeTestMaxMBf16 && fabsf(st.m[1]) < kCodeTestMaxMBf16;
-  const bool moved = __any_sync(0xffffffff, (tops & kHalfTops) != 0 || !near);
+  const bool moved = warp_may_have_moved(tops, kHalfTops, st, kCodeTestMaxMBf16);
   if (!moved) {
     st.l[0] = l[0];
     st.l[1] = l[1];

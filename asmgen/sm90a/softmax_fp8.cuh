@@ -100,8 +100,7 @@ __device__ __forceinline__ bool codes_may_have_moved(const uint32_t (&pf)[16], c
   uint32_t tops = 0;
 #pragma unroll
   for (int i = 0; i < 16; ++i) tops |= pf[i] + kMovedCodeBias;
-  const bool near = fabsf(st.m[0]) < kCodeTestMaxM && fabsf(st.m[1]) < kCodeTestMaxM;
-  return __any_sync(0xffffffff, (tops & kByteTops) != 0 || !near);
+  return warp_may_have_moved(tops, kByteTops, st, kCodeTestMaxM);
 }
 
 // P (FP32, S accumulator layout) -> e4m3 A fragments of the P V product, four k = 32 steps of four registers.

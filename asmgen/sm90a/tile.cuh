@@ -58,4 +58,12 @@ struct RowState {
 // A query tile's row state before its first key tile.
 __device__ __forceinline__ RowState no_rows() { return {{-CUDART_INF_F, -CUDART_INF_F}, {0.0f, 0.0f}}; }
 
+// The warp's verdict of the moved-maximum test (softmax_bf16.cuh, softmax_fp8.cuh): some lane's packed P has a flag
+// bit of `flags` set in `tops` (the OR of its biased P registers), or a row maximum lies outside (-max_m, max_m),
+// where the test's margins are not known to hold.
+__device__ __forceinline__ bool warp_may_have_moved(uint32_t tops, uint32_t flags, const RowState& st, float max_m) {
+  const bool near = fabsf(st.m[0]) < max_m && fabsf(st.m[1]) < max_m;
+  return __any_sync(0xffffffff, (tops & flags) != 0 || !near);
+}
+
 }  // namespace zyfa
