@@ -118,7 +118,6 @@ def test_the_timing_patch_builds_timed_fp8_variants_whose_sums_the_reader_averag
     assert rows[0]["kv_wait"] == 20 and rows[0]["softmax"] == 200 and rows[1]["softmax"] == 200.2
 
 
-
 def test_the_timing_patch_builds_timed_bf16_variants_whose_laps_bound_the_p_v_wait(tmp_path):
     from asmgen.sm90a.experiments import timing
 
@@ -150,6 +149,7 @@ def test_the_timing_patch_builds_timed_bf16_variants_whose_laps_bound_the_p_v_wa
     assert rows[0]["kv_wait"] == 20 and rows[0]["pv_wait"] == 80 and rows[1]["tail"] == 100.2
     assert rows[0]["pre"] == rows[0]["packing"] == 0  # FP8's fine parts: no BF16 phase
     assert timing.per_step(sums, grid=2)[0]["pre"] == 80  # the same slot read as FP8's
+
 
 def test_the_alternate_patch_puts_each_steps_exponentials_inside_a_turn(tmp_path):
     entries = experiments.build_patched(tmp_path, "alternate.patch", ["alternate"], ["fp8e4m3"])

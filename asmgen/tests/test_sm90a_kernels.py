@@ -1,10 +1,13 @@
 """The shipped BF16 sm90a kernels are the configurations their manifest entries and the measured choices name, and
-their SASS has the structure docs/sm90a.md claims (the pinned softmax, the vote on the row maxima). Needs cuobjdump,
-like `python -m asmgen.build --check`."""
+their SASS has the structure docs/sm90a.md claims (the pinned softmax, the vote on the row maxima, the code-test
+kernels' softmax under P V). Needs cuobjdump, like `python -m asmgen.build --check`."""
 
 from __future__ import annotations
 
 import re
+
+import numpy as np
+import torch
 
 from asmgen import sm90a
 from asmgen.sm90a import sass
@@ -132,11 +135,6 @@ def test_the_bf16_moved_maximum_test_misses_no_move():
     """The BF16 moved-maximum test (softmax_bf16.cuh, kCodeTest), emulated: P = bf16(fp32(2^fp32(c s - m))) against
     m as it stands, 0x8000 - bf16(2^tau) added to each half; its top bit is set for every row whose maximum the model
     moves (x_max > m + tau in FP32) at both BF16 taus, and for none while x - m stays 0.005 below tau."""
-    import re
-
-    import numpy as np
-    import torch
-
     text = (sm90a.SOURCE_DIR / "softmax_bf16.cuh").read_text()
     low, high = (int(x, 16) for x in re.search(r"return C::kTau == 0\.5f \? (0x[0-9a-f]+)u : (0x[0-9a-f]+)u;",
                                                   text).groups())
