@@ -180,6 +180,9 @@ def test_each_microbenchmark_loop_holds_the_instructions_it_measures(tmp_path):
     assert microbench.count(mixes["pipe_ex2"], "FMNMX") == 0
     step = microbench.loop_mixes(tmp_path / "softmax_alone.cubin")["softmax_all"]
     assert microbench.count(step, "FFMA") == 64 and microbench.count(step, "HADD2") > 0  # the whole step
+    ceiling = microbench.loop_mixes(tmp_path / "gemm_ceiling.cubin")  # the step's GEMMs, one step per trip
+    assert microbench.count(ceiling["ceiling_fp8"], "QGMMA") == 8
+    assert microbench.count(ceiling["ceiling_bf16"], "HGMMA") == 16
     # and the check can fail: a claim that a loop does not hold is reported by kernel
     problems = microbench.check(tmp_path / "pipes.cubin", {"pipe_ex2": {"FMNMX": 8}, "pipe_missing": {}})
     assert [p.split(":")[0] for p in problems] == ["pipe_ex2", "pipe_missing"]

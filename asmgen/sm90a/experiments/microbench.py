@@ -1,4 +1,5 @@
-"""Microbenchmarks of the FP8 softmax on an H100/H200: the pipes its instructions use, and its step on registers.
+"""Microbenchmarks on an H100/H200: the pipes the FP8 softmax's instructions use, its step on registers, and the
+tensor pipe's ceiling under the attention kernels' GEMMs.
 
     python -m asmgen.sm90a.experiments.microbench build DIR   # here: nvcc, and each loop's SASS checked
     python -m asmgen.sm90a.experiments.microbench run DIR     # on the GPU: the tables, markdown on stdout
@@ -8,7 +9,11 @@ and SM sub-partition at 1, 2 and 4 warps per sub-partition, and at 4 the cycles 
 sum of its two rates means the two share a pipe, their maximum that they do not). softmax_alone.cu: the FP8
 consumer's exact-P softmax step (softmax_fp8.cuh) in a loop without the kernel around it, whole, as lean P or
 without one part, and the BF16 kernels' step, at 1 and 2 warps per sub-partition (the cycles per step that a
-sub-partition completes), and beside another warpgroup's back-to-back QK^T-shaped wgmmas. The build checks that each
+sub-partition completes), and beside another warpgroup's back-to-back QK^T-shaped wgmmas. gemm_ceiling.cu: the
+key-tile step's GEMMs alone (QK^T from shared memory and P V from registers, d = 128, e4m3 and BF16, two
+warpgroups per SM, random operands), timed for long enough that the clock settles: the TFLOP/s and SM clock the
+kernels' own GEMMs sustain, beside torch's GEMMs of 8192^3 (BF16, and e4m3 with and without fast accumulation).
+The build checks that each
 loop holds the instructions it claims (KERNELS), so that a number measures what its name says. The driver is called
 through ctypes (libcuda), the buffers come from torch; progress to stderr.
 """
@@ -25,10 +30,13 @@ from pathlib import Path
 from .. import SOURCE_DIR, compile_cubin, sass
 
 HERE = Path(__file__).parent
-ITERATIONS = {"pipes": 4096, "softmax_alone": 256}
+ITERATIONS = {"pipes": 4096, "softmax_alone": 256, "gemm_ceiling": 131072}
 GEMM_SHARED_BYTES = 32768  # softmax_beside_*: a 64 x 128 and a 128 x 128 e4m3 tile, 1024-byte aligned
 GEMM_GROUP_CYCLES = 256  # four m64n128k32 e4m3 wgmmas: 64 * 128 * 128 FMA at 4096 per cycle and SM
 SUBPARTITIONS = 4
+CEILING_SHARED_BYTES = 96 * 1024 + 1024  # gemm_ceiling.cu's operands, 1024-byte aligned
+CEILING_STEP_FLOP = 2 * (2 * 64 * 128 * 128)  # per warpgroup and step: QK^T and P V, 64 x 128 x 128 MACs each
+GEMM_SIZE = 8192  # torch's GEMMs beside the ceiling kernels
 
 # Per kernel: the instructions of one loop iteration that it measures (SASS opcode prefix -> count). The build
 # checks them; the pipe kernels' cycles per instruction come from them. The softmax's are the shipped step's.
@@ -68,12 +76,16 @@ KERNELS = {
         "softmax_beside_idle": _STEP,
         "softmax_beside_gemm": _STEP,
     },
+    "gemm_ceiling": {
+        "ceiling_fp8": {"QGMMA": 8, "HGMMA": 0},
+        "ceiling_bf16": {"HGMMA": 16},
+    },
 }
 _BRANCH = re.compile(r"\bBRA\b[^;]*?0x([0-9a-f]+)")
 
 
 def build(folder: Path) -> list[Path]:
-    """The two cubins in `folder`, compiled like the kernels (spills fail), each loop checked against KERNELS."""
+    """The cubins in `folder`, compiled like the kernels (spills fail), each loop checked against KERNELS."""
     folder.mkdir(parents=True, exist_ok=True)
     files = {src.name: src.read_text() for where in (SOURCE_DIR, HERE) for src in where.glob("*.cuh")}
     cubins = []
@@ -160,6 +172,26 @@ class _Driver:
         torch.cuda.synchronize()
         return cycles.double()
 
+    def timed(self, function, iters: int, data):
+        """(each warp's cycles (CTA, warp), milliseconds) of the second of two launches of a gemm_ceiling kernel,
+        256 threads and one CTA per SM, operands from `data` (a CUDA tensor of CEILING_SHARED_BYTES)."""
+        torch = self.torch
+        cycles = torch.zeros(self.sms, 8, dtype=torch.int32, device="cuda")
+        sink = torch.zeros(self.sms * 256, dtype=torch.int32, device="cuda")
+        args = [ctypes.c_uint64(cycles.data_ptr()), ctypes.c_uint64(sink.data_ptr()),
+                ctypes.c_uint64(data.data_ptr()), ctypes.c_int(iters)]
+        params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args])
+        attribute = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        self._ok(self.cu.cuFuncSetAttribute(function, attribute, CEILING_SHARED_BYTES), "shared memory")
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for _ in range(2):  # the second launch is timed
+            start.record()
+            self._ok(self.cu.cuLaunchKernel(function, self.sms, 1, 1, 256, 1, 1, CEILING_SHARED_BYTES, None, params,
+                                            None), "launch")
+            stop.record()
+        torch.cuda.synchronize()
+        return cycles.double(), start.elapsed_time(stop)
+
     @staticmethod
     def _ok(result: int, what: str) -> None:
         if result != 0:
@@ -207,18 +239,72 @@ def run(folder: Path) -> str:
         groups = cycles[:, SUBPARTITIONS:].median().item() if name.endswith("gemm") else 0.0
         rows.append(f"| {name.removeprefix('softmax_beside_')} | {softmax / steps:.0f} | "
                     f"{groups * GEMM_GROUP_CYCLES / softmax:.0%} |")
-    return "\n".join(rows)
+    return "\n".join(rows + [""] + ceiling(driver, folder))
+
+
+def _random_operands(torch, dtype):
+    """CEILING_SHARED_BYTES of random values of `dtype` (normal, as int32 words) on the GPU."""
+    values = torch.randn(CEILING_SHARED_BYTES // torch.empty(0, dtype=dtype).element_size(), device="cuda")
+    return values.to(dtype).view(torch.int32)
+
+
+def _torch_gemms(torch) -> list[tuple[str, float]]:
+    """(name, TFLOP/s) of torch's GEMMs of GEMM_SIZE^3, the median of 20 timed calls after 10."""
+    n = GEMM_SIZE
+    a, b = (torch.randn(n, n, device="cuda") for _ in range(2))
+    a16, b16 = a.bfloat16(), b.bfloat16()
+    a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device="cuda")
+    calls = {"torch.mm, BF16": lambda: a16 @ b16,
+             "torch._scaled_mm, e4m3, fast accumulation": lambda: torch._scaled_mm(
+                 a8, b8, one, one, out_dtype=torch.bfloat16, use_fast_accum=True),
+             "torch._scaled_mm, e4m3": lambda: torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16)}
+    out = []
+    for name, call in calls.items():
+        times = []
+        for i in range(30):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            stop.record()
+            torch.cuda.synchronize()
+            if i >= 10:
+                times.append(start.elapsed_time(stop))
+        out.append((name, 2 * n ** 3 / (sorted(times)[len(times) // 2] * 1e-3) / 1e12))
+    return out
+
+
+def ceiling(driver, folder: Path) -> list[str]:
+    """The gemm_ceiling table, markdown lines."""
+    torch = driver.torch
+    iters = ITERATIONS["gemm_ceiling"]
+    rows = [f"| the step's GEMMs alone ({iters} steps) | cycles per step and warpgroup | SM clock | TFLOP/s |",
+            "|---|---|---|---|"]
+    dtypes = {"ceiling_fp8": torch.float8_e4m3fn, "ceiling_bf16": torch.bfloat16}
+    for name, function in driver.functions(folder / "gemm_ceiling.cubin", KERNELS["gemm_ceiling"]).items():
+        print(name, file=sys.stderr)
+        cycles, ms = driver.timed(function, iters, _random_operands(torch, dtypes[name]))
+        per_step = cycles.median().item() / iters
+        tflops = driver.sms * 2 * iters * CEILING_STEP_FLOP / (ms * 1e-3) / 1e12
+        rows.append(f"| {name} | {per_step:.0f} | {cycles.median().item() / (ms * 1e6):.2f} GHz | {tflops:.0f} |")
+    rows += ["", f"| torch GEMM, {GEMM_SIZE}^3 | TFLOP/s |", "|---|---|"]
+    print("torch GEMMs", file=sys.stderr)
+    rows += [f"| {name} | {tflops:.0f} |" for name, tflops in _torch_gemms(torch)]
+    return rows
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m asmgen.sm90a.experiments.microbench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("action", choices=("build", "run"), help="build the cubins here, or run them on the GPU")
+    ap.add_argument("--only", choices=("ceiling",), help="run: only the gemm_ceiling table")
     ap.add_argument("folder", type=Path, help="where the cubins go (build) or are (run)")
     args = ap.parse_args()
     if args.action == "build":
         for cubin in build(args.folder):
             print(cubin)
+    elif args.only == "ceiling":
+        print("\n".join(ceiling(_Driver(), args.folder)))
     else:
         print(run(args.folder))
     return 0

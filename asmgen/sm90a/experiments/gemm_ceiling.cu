@@ -1,0 +1,107 @@
+// The tensor pipe's ceiling under the attention kernels' GEMM load: per consumer warpgroup and key-tile step, the
+// QK^T of a 64-row query tile (both operands from shared memory) and the P V of its 128 keys (P from registers),
+// committed together and waited for, as a step of the kernels issues them; two warpgroups per CTA, one CTA per SM,
+// no softmax. Operands are random values of the element type (the tensor pipe's power, and so the SM clock, depends
+// on the bits it multiplies), read once from `data` into shared memory and registers. Each warp writes its cycles;
+// microbench.py times the launch, so the table gives TFLOP/s and the SM clock under this load.
+#include "config.cuh"
+#include "ptx.cuh"
+
+#include "clock.cuh"
+
+using namespace zyfa;
+
+namespace {
+
+constexpr int kSharedBytes = 96 * 1024;  // BF16: Q 64 x 128 (two boxes), K 128 x 128, V 128 x 128
+constexpr uint32_t kK = 32 * 1024;       // the K tile's offset
+constexpr uint32_t kV = 64 * 1024;       // the V (BF16) or V^T (FP8) tile's offset
+
+__device__ __forceinline__ uint32_t load_operands(const uint32_t* data, uint32_t (&a)[32]) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023) & ~1023u;
+  uint32_t* words = reinterpret_cast<uint32_t*>(smem + (base - static_cast<uint32_t>(__cvta_generic_to_shared(smem))));
+  for (int i = threadIdx.x; i < kSharedBytes / 4; i += blockDim.x) words[i] = data[i];
+#pragma unroll
+  for (int r = 0; r < 32; ++r) a[r] = data[(threadIdx.x * 32 + r) % (kSharedBytes / 4)];
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic-proxy writes, read by wgmma
+  __syncthreads();
+  return base;
+}
+
+__device__ __forceinline__ void write_out(uint32_t* cycles, uint32_t* sink, uint32_t elapsed, const float (&s)[64],
+                                          const float (&acc)[64]) {
+  float x = 0.0f;
+#pragma unroll
+  for (int r = 0; r < 64; ++r) x += s[r] + acc[r];
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = __float_as_uint(x);
+  if (threadIdx.x % 32 == 0) cycles[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = elapsed;
+}
+
+}  // namespace
+
+// e4m3, d = 128: 4 + 4 m64n128k32 per step (the FP8 kernels' steady step; P V into a fresh accumulator).
+extern "C" __global__ void __launch_bounds__(256) ceiling_fp8(uint32_t* cycles, uint32_t* sink, const uint32_t* data,
+                                                               int iters) {
+  uint32_t a[32];
+  const uint32_t base = load_operands(data, a);
+  const uint32_t rows = base + (threadIdx.x / kThreadsPerWarpgroup) * kRowsPerConsumer * kAtomRowBytes;
+  const uint64_t q = smem_desc_sw128(rows, 16, kAtomBytes);
+  const uint64_t k = smem_desc_sw128(base + kK, 16, kAtomBytes);
+  const uint64_t v = smem_desc_sw128(base + kV, 16, kAtomBytes);
+  float s[64], acc[64];
+  const uint32_t start = clock32();
+#pragma unroll 1
+  for (int it = 0; it < iters; ++it) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_m64n128k32_ss_e4m3(s, smem_desc_advance(q, 32 * kk), smem_desc_advance(k, 32 * kk), kk > 0);
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t p[4] = {a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3]};
+      wgmma_m64n128k32_rs_e4m3(acc, p, smem_desc_advance(v, 32 * kk), kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+    fence_regs(acc);
+  }
+  write_out(cycles, sink, clock32() - start, s, acc);
+}
+
+// BF16, d = 128: 8 + 8 m64n128k16 per step (the BF16 kernels' step; P V accumulates into O).
+extern "C" __global__ void __launch_bounds__(256) ceiling_bf16(uint32_t* cycles, uint32_t* sink, const uint32_t* data,
+                                                                int iters) {
+  uint32_t a[32];
+  const uint32_t base = load_operands(data, a);
+  const uint32_t rows = base + (threadIdx.x / kThreadsPerWarpgroup) * kRowsPerConsumer * kAtomRowBytes;
+  const uint64_t q = smem_desc_sw128(rows, 16, kAtomBytes);
+  const uint64_t k = smem_desc_sw128(base + kK, 16, kAtomBytes);
+  const uint64_t v = smem_desc_sw128(base + kV, Bf16::kBoxBytes, kAtomBytes);
+  float s[64], o[64];
+#pragma unroll
+  for (int r = 0; r < 64; ++r) o[r] = 0.0f;
+  const uint32_t start = clock32();
+#pragma unroll 1
+  for (int it = 0; it < iters; ++it) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      const uint32_t offset = (kk / 4) * Bf16::kBoxBytes + (kk % 4) * 32;
+      wgmma_m64n128k16_ss(s, smem_desc_advance(q, offset), smem_desc_advance(k, offset), kk > 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      const uint32_t p[4] = {a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3]};
+      wgmma_m64n128k16_rs_bt(o, p, smem_desc_advance(v, kk * 16 * kAtomRowBytes));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+    fence_regs(o);
+  }
+  write_out(cycles, sink, clock32() - start, s, o);
+}
