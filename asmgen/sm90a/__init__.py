@@ -121,19 +121,20 @@ SCHEDULES = ("pingpong", "independent")
 # it is ahead up to 3K and behind from 4K): the entries' seqlen_min / seqlen_max, which dispatch reads.
 INDEPENDENT_FROM_SEQLEN = {128: 2048, 192: 4096}
 # The sequence length from which the BF16 ping-pong kernel with the moved-maximum test (kCodeTest) serves instead of
-# the independent one, both head dims. Measured on the H200 in two runs each (docs/sm90a.md, "The moved-maximum test
-# for BF16"): ahead from 8K (d = 128 0 to +6%, level at 16K; d_qk = 192 +4% to +12%), at 5120 and 6000 (-0.4% to
-# +8%), mixed at 4K (-3% to +5%), level at 2K for d = 128 and behind for d_qk = 192 (-1% to -8% against its ping-pong
-# kernel): from between 4K and 6000.
-CODE_TEST_FROM_SEQLEN = 5120
+# the independent one, per d_qk. Measured on the H200 (docs/sm90a.md, "The moved-maximum test for BF16"): ahead from
+# 8K (d = 128 0 to +6%, level at 16K; d_qk = 192 +4% to +12%), at 5120 and 6000 (-0.4% to +8%), mixed at 4K (-3% to
+# +5%), level at 2K for d = 128 and behind for d_qk = 192 (-1% to -8% against its ping-pong kernel): from between 4K
+# and 6000. At d = 128 with the ring probe (PROBE_RING_CODE_TEST_D_QK, "The tensor pipe's ceiling"), two runs: +4% to
+# +10% over the independent kernel at 4K, +5% at 3000: from 3072.
+CODE_TEST_FROM_SEQLEN = {128: 3072, 192: 5120}
 
 
 def _seqlen_range(d_qk: int, schedule: str, code_test: bool) -> dict:
     if code_test:
-        return {"seqlen_min": CODE_TEST_FROM_SEQLEN, "seqlen_max": None}
+        return {"seqlen_min": CODE_TEST_FROM_SEQLEN[d_qk], "seqlen_max": None}
     if schedule == "pingpong":
         return {"seqlen_min": None, "seqlen_max": INDEPENDENT_FROM_SEQLEN[d_qk]}
-    return {"seqlen_min": INDEPENDENT_FROM_SEQLEN[d_qk], "seqlen_max": CODE_TEST_FROM_SEQLEN}
+    return {"seqlen_min": INDEPENDENT_FROM_SEQLEN[d_qk], "seqlen_max": CODE_TEST_FROM_SEQLEN[d_qk]}
 
 
 def _entry(dtype: str, d_qk: int, d_v: int, schedule: str, variant: str = "", **fields) -> dict:
@@ -255,6 +256,15 @@ VOTE_MAX_KERNELS = {(128, "independent")}
 # d = 128 -4% to +4% (mean +1%), d_qk = 192 -1% to +9% (mean +3%), its wait for K and V 146 -> 71 cycles per key tile
 # (8K); lean P ping-pong -2% to +4% (above +1% in 13 of 20 cells). BF16: -8% to +7% by schedule and length, not taken.
 PROBE_RING_DTYPES = {"fp8e4m3"}
+# ... and the BF16 code-test kernels of these d_qk: over the same kernel without it, in two runs ("The tensor pipe's
+# ceiling"), d = 128 +0.5% to +9% (one cell -0.3%), d_qk = 192 -4.4% to +2.4%.
+PROBE_RING_CODE_TEST_D_QK = {128}
+
+
+def probes_ring(kernel: dict) -> bool:
+    """Whether a kernel's consumers probe the next step's K and V under the softmax (kProbeRing)."""
+    return kernel["dtype"] in PROBE_RING_DTYPES or (
+        kernel["dtype"] == "bf16" and kernel["code_test"] and kernel["d_qk"] in PROBE_RING_CODE_TEST_D_QK)
 _SCHEDULE_TYPES = {"pingpong": "PingPong", "independent": "Independent"}
 
 
@@ -268,7 +278,7 @@ def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bo
     """kernel_config.cuh of one kernel: its symbol and zyfa::Config (config.cuh), from its manifest entry and the
     measured choices above. The keywords are choices a measurement variant makes differently
     (asmgen/sm90a/experiments; default: PINNED_SCHEDULES, VOTE_MAX_KERNELS, SCATTERED_INDEX_KERNELS,
-    DIRECT_STORE_KERNELS, PROBE_RING_DTYPES and the entry's code_test; pin_softmax and vote_max are BF16 choices)."""
+    DIRECT_STORE_KERNELS, probes_ring and the entry's code_test; pin_softmax and vote_max are BF16 choices)."""
     broadcasts = (kernel["dtype"], kernel["d_qk"], kernel["schedule"]) not in SCATTERED_INDEX_KERNELS
     fields = [
         ("int", "kDQk", kernel["d_qk"]),
@@ -278,7 +288,7 @@ def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bo
         ("bool", "kBroadcastIndex", _cxx_bool(broadcasts if broadcast_index is None else broadcast_index)),
         ("bool", "kStagedStore", _cxx_bool(staged_store(kernel["dtype"], kernel["p_mode"]) if staged is None
                                            else staged)),
-        ("bool", "kProbeRing", _cxx_bool(kernel["dtype"] in PROBE_RING_DTYPES if probe_ring is None else probe_ring)),
+        ("bool", "kProbeRing", _cxx_bool(probes_ring(kernel) if probe_ring is None else probe_ring)),
         ("bool", "kCodeTest", _cxx_bool(kernel["code_test"] if code_test is None else code_test)),
     ]
     if kernel["dtype"] == "bf16":

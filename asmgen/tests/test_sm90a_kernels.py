@@ -54,7 +54,7 @@ def test_shipped_kernels_take_the_measured_choices():
                   for k in sm90a.BF16_KERNELS if k["d_qk"] == d_qk]
         assert sorted(ranges) == [(0, "pingpong", False),
                                   (sm90a.INDEPENDENT_FROM_SEQLEN[d_qk], "independent", False),
-                                  (sm90a.CODE_TEST_FROM_SEQLEN, "pingpong", True)]
+                                  (sm90a.CODE_TEST_FROM_SEQLEN[d_qk], "pingpong", True)]
 
 
 def test_broadcast_index_puts_the_descriptors_in_uniform_registers():

@@ -106,7 +106,7 @@ def test_kernel_choice_follows_the_manifests_seqlen_ranges():
     asmgen.sm90a. FP8 has one kernel per head dims and p_mode."""
     for d_qk in (128, 192):
         dims = f"d{d_qk}" if d_qk == 128 else "d192_128"
-        crossover, tested = sources.INDEPENDENT_FROM_SEQLEN[d_qk], sources.CODE_TEST_FROM_SEQLEN
+        crossover, tested = sources.INDEPENDENT_FROM_SEQLEN[d_qk], sources.CODE_TEST_FROM_SEQLEN[d_qk]
         for seqlen, name in ((1, "pingpong"), (crossover - 1, "pingpong"), (crossover, "independent"),
                              (tested - 1, "independent"), (tested, "code_test_pingpong"),
                              (131072, "code_test_pingpong")):
