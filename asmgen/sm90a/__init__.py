@@ -265,6 +265,8 @@ def probes_ring(kernel: dict) -> bool:
     """Whether a kernel's consumers probe the next step's K and V under the softmax (kProbeRing)."""
     return kernel["dtype"] in PROBE_RING_DTYPES or (
         kernel["dtype"] == "bf16" and kernel["code_test"] and kernel["d_qk"] in PROBE_RING_CODE_TEST_D_QK)
+
+
 _SCHEDULE_TYPES = {"pingpong": "PingPong", "independent": "Independent"}
 
 
