@@ -17,17 +17,27 @@ constexpr int kSharedBytes = 96 * 1024;  // BF16: Q 64 x 128 (two boxes), K 128 
 constexpr uint32_t kK = 32 * 1024;       // the K tile's offset
 constexpr uint32_t kV = 64 * 1024;       // the V (BF16) or V^T (FP8) tile's offset
 
-__device__ __forceinline__ uint32_t load_operands(const uint32_t* data, uint32_t (&a)[32]) {
-  extern __shared__ __align__(1024) uint8_t smem[];
-  const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023) & ~1023u;
-  uint32_t* words = reinterpret_cast<uint32_t*>(smem + (base - static_cast<uint32_t>(__cvta_generic_to_shared(smem))));
-  for (int i = threadIdx.x; i < kSharedBytes / 4; i += blockDim.x) words[i] = data[i];
+// The operands, read once from `data`: shared memory, P's registers `a`, and the descriptors of this warpgroup's Q
+// rows, of K and of V (v_leading: V's leading byte offset, 16 for FP8's V^T, a box for BF16's MN-major V).
+struct Operands {
+  uint32_t a[32];
+  uint64_t q, k, v;
+  __device__ explicit Operands(const uint32_t* data, uint32_t v_leading) {
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    const uint32_t base = (raw + 1023) & ~1023u;
+    uint32_t* words = reinterpret_cast<uint32_t*>(smem + (base - raw));
+    for (int i = threadIdx.x; i < kSharedBytes / 4; i += blockDim.x) words[i] = data[i];
 #pragma unroll
-  for (int r = 0; r < 32; ++r) a[r] = data[(threadIdx.x * 32 + r) % (kSharedBytes / 4)];
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic-proxy writes, read by wgmma
-  __syncthreads();
-  return base;
-}
+    for (int r = 0; r < 32; ++r) a[r] = data[(threadIdx.x * 32 + r) % (kSharedBytes / 4)];
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic-proxy writes, read by wgmma
+    __syncthreads();
+    const uint32_t rows = base + (threadIdx.x / kThreadsPerWarpgroup) * kRowsPerConsumer * kAtomRowBytes;
+    q = smem_desc_sw128(rows, 16, kAtomBytes);
+    k = smem_desc_sw128(base + kK, 16, kAtomBytes);
+    v = smem_desc_sw128(base + kV, v_leading, kAtomBytes);
+  }
+};
 
 __device__ __forceinline__ void write_out(uint32_t* cycles, uint32_t* sink, uint32_t elapsed, const float (&s)[64],
                                           const float (&acc)[64]) {
@@ -43,12 +53,8 @@ __device__ __forceinline__ void write_out(uint32_t* cycles, uint32_t* sink, uint
 // e4m3, d = 128: 4 + 4 m64n128k32 per step (the FP8 kernels' steady step; P V into a fresh accumulator).
 extern "C" __global__ void __launch_bounds__(256) ceiling_fp8(uint32_t* cycles, uint32_t* sink, const uint32_t* data,
                                                                int iters) {
-  uint32_t a[32];
-  const uint32_t base = load_operands(data, a);
-  const uint32_t rows = base + (threadIdx.x / kThreadsPerWarpgroup) * kRowsPerConsumer * kAtomRowBytes;
-  const uint64_t q = smem_desc_sw128(rows, 16, kAtomBytes);
-  const uint64_t k = smem_desc_sw128(base + kK, 16, kAtomBytes);
-  const uint64_t v = smem_desc_sw128(base + kV, 16, kAtomBytes);
+  const Operands x(data, 16);
+  const uint64_t q = x.q, k = x.k, v = x.v;
   float s[64], acc[64];
   const uint32_t start = clock32();
 #pragma unroll 1
@@ -60,7 +66,7 @@ extern "C" __global__ void __launch_bounds__(256) ceiling_fp8(uint32_t* cycles, 
     wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t p[4] = {a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3]};
+      const uint32_t p[4] = {x.a[4 * kk], x.a[4 * kk + 1], x.a[4 * kk + 2], x.a[4 * kk + 3]};
       wgmma_m64n128k32_rs_e4m3(acc, p, smem_desc_advance(v, 32 * kk), kk > 0);
     }
     wgmma_commit();
@@ -74,12 +80,8 @@ extern "C" __global__ void __launch_bounds__(256) ceiling_fp8(uint32_t* cycles, 
 // BF16, d = 128: 8 + 8 m64n128k16 per step (the BF16 kernels' step; P V accumulates into O).
 extern "C" __global__ void __launch_bounds__(256) ceiling_bf16(uint32_t* cycles, uint32_t* sink, const uint32_t* data,
                                                                 int iters) {
-  uint32_t a[32];
-  const uint32_t base = load_operands(data, a);
-  const uint32_t rows = base + (threadIdx.x / kThreadsPerWarpgroup) * kRowsPerConsumer * kAtomRowBytes;
-  const uint64_t q = smem_desc_sw128(rows, 16, kAtomBytes);
-  const uint64_t k = smem_desc_sw128(base + kK, 16, kAtomBytes);
-  const uint64_t v = smem_desc_sw128(base + kV, Bf16::kBoxBytes, kAtomBytes);
+  const Operands x(data, Bf16::kBoxBytes);
+  const uint64_t q = x.q, k = x.k, v = x.v;
   float s[64], o[64];
 #pragma unroll
   for (int r = 0; r < 64; ++r) o[r] = 0.0f;
@@ -95,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(256) ceiling_bf16(uint32_t* cycles,
     wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
-      const uint32_t p[4] = {a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3]};
+      const uint32_t p[4] = {x.a[4 * kk], x.a[4 * kk + 1], x.a[4 * kk + 2], x.a[4 * kk + 3]};
       wgmma_m64n128k16_rs_bt(o, p, smem_desc_advance(v, kk * 16 * kAtomRowBytes));
     }
     wgmma_commit();
