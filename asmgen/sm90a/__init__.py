@@ -113,28 +113,26 @@ def shared_bytes(kernel: dict, staged: bool | None = None) -> int:
             + RESERVED_SHARED)
 
 
-# Consumer schedules: "pingpong" (the two consumer warpgroups alternate issuing their GEMMs), faster for short
-# prompts, and "independent" (each issues as soon as its inputs are ready), faster from the crossover below.
+# Consumer schedules: "pingpong" (the two consumer warpgroups alternate issuing their GEMMs) and "independent" (each
+# issues as soon as its inputs are ready).
 SCHEDULES = ("pingpong", "independent")
-# The sequence length from which the independent consumers serve, per d_qk (measured crossovers with the staged
-# epilogue, docs/sm90a.md: at d = 128 ping-pong is 3-4% ahead at S = 1000 and 2-4% behind from 2K; at d_qk = 192
-# it is ahead up to 3K and behind from 4K): the entries' seqlen_min / seqlen_max, which dispatch reads.
-INDEPENDENT_FROM_SEQLEN = {128: 2048, 192: 4096}
-# The sequence length from which the BF16 ping-pong kernel with the moved-maximum test (kCodeTest) serves instead of
-# the independent one, per d_qk. Measured on the H200 (docs/sm90a.md, "The moved-maximum test for BF16"): ahead from
-# 8K (d = 128 0 to +6%, level at 16K; d_qk = 192 +4% to +12%), at 5120 and 6000 (-0.4% to +8%), mixed at 4K (-3% to
-# +5%), level at 2K for d = 128 and behind for d_qk = 192 (-1% to -8% against its ping-pong kernel): from between 4K
-# and 6000. At d = 128 with the ring probe (PROBE_RING_CODE_TEST_D_QK, "The tensor pipe's ceiling"), two runs: +4% to
-# +10% over the independent kernel at 4K, +5% at 3000: from 3072.
-CODE_TEST_FROM_SEQLEN = {128: 3072, 192: 5120}
+# The BF16 kernels of each d_qk in order of S: (schedule, with the moved-maximum test (kCodeTest), the S from which it
+# serves); each serves up to the next one's first S (the entries' seqlen_min / seqlen_max, which dispatch reads).
+# Measured on the H200 (docs/sm90a.md): d = 128, ping-pong is 2-6% ahead of the independent kernel at S = 1000 and
+# 2-4% behind from 2K; the code-test kernel with the ring probe (PROBE_RING_CODE_TEST_D_QK) +4% to +10% over the
+# independent one at 4K and 0 to +5% at 3000 ("The tensor pipe's ceiling"), level at 2K (-2.5% to +3.3% in two runs).
+# d_qk = 192: ping-pong ahead up to 3000; from 4K the code-test kernel, +1.4% to +6.9% over the independent one at 4K
+# in three runs ("The hand-off and the BF16 ranges"), which serves no length.
+BF16_SERVES_FROM = {
+    128: (("pingpong", False, 0), ("independent", False, 2048), ("pingpong", True, 3072)),
+    192: (("pingpong", False, 0), ("pingpong", True, 4096)),
+}
 
 
 def _seqlen_range(d_qk: int, schedule: str, code_test: bool) -> dict:
-    if code_test:
-        return {"seqlen_min": CODE_TEST_FROM_SEQLEN[d_qk], "seqlen_max": None}
-    if schedule == "pingpong":
-        return {"seqlen_min": None, "seqlen_max": INDEPENDENT_FROM_SEQLEN[d_qk]}
-    return {"seqlen_min": INDEPENDENT_FROM_SEQLEN[d_qk], "seqlen_max": CODE_TEST_FROM_SEQLEN[d_qk]}
+    kernels = BF16_SERVES_FROM[d_qk]
+    i = [kernel[:2] for kernel in kernels].index((schedule, code_test))
+    return {"seqlen_min": kernels[i][2] or None, "seqlen_max": kernels[i + 1][2] if i + 1 < len(kernels) else None}
 
 
 def _entry(dtype: str, d_qk: int, d_v: int, schedule: str, variant: str = "", **fields) -> dict:
@@ -226,11 +224,9 @@ def _fp8_kernel(d_qk: int, d_v: int, schedule: str, p_mode: str) -> dict:
     )
 
 
-# Per head dims: ping-pong for short prompts, then independent, then ping-pong with the moved-maximum test.
 BF16_KERNELS: list[dict] = [_bf16_kernel(d_qk, d_v, tau, schedule, code_test)
                             for d_qk, d_v, tau in ((128, 128, 0.5), (192, 128, 8.0))
-                            for schedule, code_test in (("pingpong", False), ("independent", False),
-                                                        ("pingpong", True))]
+                            for schedule, code_test, _ in BF16_SERVES_FROM[d_qk]]
 FP8_KERNELS: list[dict] = [_fp8_kernel(d_qk, 128, FP8_SCHEDULE[p_mode], p_mode) for p_mode in FP8_P_MODES
                            for d_qk in (128, 192)]
 KERNELS: list[dict] = BF16_KERNELS + FP8_KERNELS

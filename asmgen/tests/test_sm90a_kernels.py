@@ -48,13 +48,14 @@ def test_shipped_kernels_take_the_measured_choices():
         # the moved-maximum test votes too
         voting = votes or entry["code_test"]
         assert (count(sass.instructions(sass.OBJECTS / entry["file"]), "VOTE.ANY") > 0) == voting
-    # per head dims: ping-pong, then independent, then ping-pong with the moved-maximum test, in that order of S
+    # per head dims: ping-pong from S = 1, ping-pong with the moved-maximum test to any S, their ranges adjoining
     for d_qk in (128, 192):
-        ranges = [(k["seqlen_min"] or 0, k["schedule"], k["code_test"])
-                  for k in sm90a.BF16_KERNELS if k["d_qk"] == d_qk]
-        assert sorted(ranges) == [(0, "pingpong", False),
-                                  (sm90a.INDEPENDENT_FROM_SEQLEN[d_qk], "independent", False),
-                                  (sm90a.CODE_TEST_FROM_SEQLEN[d_qk], "pingpong", True)]
+        kernels = sorted((k for k in sm90a.BF16_KERNELS if k["d_qk"] == d_qk), key=lambda k: k["seqlen_min"] or 0)
+        assert [(k["schedule"], k["code_test"]) for k in kernels] == [
+            (schedule, code_test) for schedule, code_test, _ in sm90a.BF16_SERVES_FROM[d_qk]]
+        assert (kernels[0]["schedule"], kernels[0]["code_test"], kernels[0]["seqlen_min"]) == ("pingpong", False, None)
+        assert (kernels[-1]["schedule"], kernels[-1]["code_test"], kernels[-1]["seqlen_max"]) == ("pingpong", True, None)
+        assert all(a["seqlen_max"] == b["seqlen_min"] > (a["seqlen_min"] or 0) for a, b in zip(kernels, kernels[1:]))
 
 
 def test_broadcast_index_puts_the_descriptors_in_uniform_registers():

@@ -101,16 +101,16 @@ def test_plan_refuses_what_the_kernel_cannot_address():
 
 
 def test_kernel_choice_follows_the_manifests_seqlen_ranges():
-    """Ping-pong below the measured crossover of each head dim, independent from it, ping-pong with the moved-maximum
-    test from the second one: read from the entries' [seqlen_min, seqlen_max), which the build writes from
-    asmgen.sm90a. FP8 has one kernel per head dims and p_mode."""
+    """Each BF16 kernel of a head dim from its measured first S up to the next one's (asmgen.sm90a.BF16_SERVES_FROM):
+    read from the entries' [seqlen_min, seqlen_max), which the build writes from it. FP8 has one kernel per head
+    dims and p_mode."""
     for d_qk in (128, 192):
         dims = f"d{d_qk}" if d_qk == 128 else "d192_128"
-        crossover, tested = sources.INDEPENDENT_FROM_SEQLEN[d_qk], sources.CODE_TEST_FROM_SEQLEN[d_qk]
-        for seqlen, name in ((1, "pingpong"), (crossover - 1, "pingpong"), (crossover, "independent"),
-                             (tested - 1, "independent"), (tested, "code_test_pingpong"),
-                             (131072, "code_test_pingpong")):
-            assert sm90a.find_kernel(torch.bfloat16, d_qk, 128, seqlen).name == f"sm90a_fwd_bf16_{dims}_{name}"
+        kernels = sources.BF16_SERVES_FROM[d_qk]
+        for (schedule, code_test, first), after in zip(kernels, [*(k[2] for k in kernels[1:]), 1 << 20]):
+            name = f"sm90a_fwd_bf16_{dims}_{'code_test_' if code_test else ''}{schedule}"
+            for seqlen in (max(first, 1), after - 1):
+                assert sm90a.find_kernel(torch.bfloat16, d_qk, 128, seqlen).name == name
         for seqlen in (1, 4096, 1 << 20):
             assert sm90a.find_kernel(torch.float8_e4m3fn, d_qk, 128, seqlen).dtype == "fp8e4m3"
     for entry in sources.BF16_KERNELS:
