@@ -13,7 +13,8 @@ transpose_v_smem.patch: the FP8 kernels make V^T in shared memory, no pre-pass; 
 stopwatch in the key loops (FP8 measured, BF16 prepared), whose sums `python -m asmgen.sm90a.experiments.timing
 DIR` prints; alternate.patch: the FP8 consumers take turns over their softmax, pv_overlap.patch: the FP8 softmax
 under the consumer's own P V, and hand_off.patch: under ping-pong the second consumer waits for the first's loads,
-all measured slower; halves.patch: FA3's overlap with 64-key tiles, prepared, it
+all measured slower; k_ahead.patch: the producer loads K a key tile ahead of V, and join.patch: a BF16 query tile's
+last P V issued with the next tile's first QK^T, both measured level or mixed; halves.patch: FA3's overlap with 64-key tiles, prepared, it
 spills), the FMA-pipe exponential the BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy
 ci/gpu_exp2_poly.py checks), and microbenchmarks of the FP8 softmax's pipes and of its step alone, and the tensor
 pipe's rate under the kernels' GEMMs (pipes.cu, softmax_alone.cu, gemm_ceiling.cu:
