@@ -122,7 +122,7 @@ SCHEDULES = ("pingpong", "independent")
 # 2-4% behind from 2K; the code-test kernel with the ring probe (PROBE_RING_CODE_TEST_D_QK) +4% to +10% over the
 # independent one at 4K and 0 to +5% at 3000 ("The tensor pipe's ceiling"), level at 2K (-2.5% to +3.3% in two runs).
 # d_qk = 192: ping-pong ahead up to 3000; from 4K the code-test kernel, +1.4% to +6.9% over the independent one at 4K
-# in three runs ("The hand-off and the BF16 ranges"), which serves no length.
+# in three runs ("The hand-off and the BF16 ranges"), so no d_qk = 192 independent kernel is built.
 BF16_SERVES_FROM = {
     128: (("pingpong", False, 0), ("independent", False, 2048), ("pingpong", True, 3072)),
     192: (("pingpong", False, 0), ("pingpong", True, 4096)),

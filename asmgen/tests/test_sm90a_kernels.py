@@ -53,9 +53,11 @@ def test_shipped_kernels_take_the_measured_choices():
         kernels = sorted((k for k in sm90a.BF16_KERNELS if k["d_qk"] == d_qk), key=lambda k: k["seqlen_min"] or 0)
         assert [(k["schedule"], k["code_test"]) for k in kernels] == [
             (schedule, code_test) for schedule, code_test, _ in sm90a.BF16_SERVES_FROM[d_qk]]
-        assert (kernels[0]["schedule"], kernels[0]["code_test"], kernels[0]["seqlen_min"]) == ("pingpong", False, None)
-        assert (kernels[-1]["schedule"], kernels[-1]["code_test"], kernels[-1]["seqlen_max"]) == ("pingpong", True, None)
-        assert all(a["seqlen_max"] == b["seqlen_min"] > (a["seqlen_min"] or 0) for a, b in zip(kernels, kernels[1:]))
+        first, last = kernels[0], kernels[-1]
+        assert (first["schedule"], first["code_test"], first["seqlen_min"]) == ("pingpong", False, None)
+        assert (last["schedule"], last["code_test"], last["seqlen_max"]) == ("pingpong", True, None)
+        assert all(a["seqlen_max"] == b["seqlen_min"] > (a["seqlen_min"] or 0)
+                   for a, b in zip(kernels, kernels[1:], strict=False))
 
 
 def test_broadcast_index_puts_the_descriptors_in_uniform_registers():

@@ -10,14 +10,14 @@ shipped kernels. A variant equal to its shipped kernel is left out, and so is on
 (ptxas spills, which fails the build: reported) or shared memory. Variants that need code the shipped source does
 not hold are kept as patches here (exp2_poly.patch: exponentials on the FMA pipe for a share of exact P's scores;
 transpose_v_smem.patch: the FP8 kernels make V^T in shared memory, no pre-pass; both measured; timing.patch: a
-stopwatch in the key loops (FP8 measured, BF16 prepared), whose sums `python -m asmgen.sm90a.experiments.timing
-DIR` prints; alternate.patch: the FP8 consumers take turns over their softmax, pv_overlap.patch: the FP8 softmax
-under the consumer's own P V, and hand_off.patch: under ping-pong the second consumer waits for the first's loads,
-all measured slower; k_ahead.patch: the producer loads K a key tile ahead of V, and join.patch: a BF16 query tile's
-last P V issued with the next tile's first QK^T, both measured level or mixed; halves.patch: FA3's overlap with 64-key tiles, prepared, it
-spills), the FMA-pipe exponential the BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy
-ci/gpu_exp2_poly.py checks), and microbenchmarks of the FP8 softmax's pipes and of its step alone, and the tensor
-pipe's rate under the kernels' GEMMs (pipes.cu, softmax_alone.cu, gemm_ceiling.cu:
+stopwatch in the key loops (measured), whose sums `python -m asmgen.sm90a.experiments.timing DIR` prints;
+alternate.patch: the FP8 consumers take turns over their softmax, pv_overlap.patch: the FP8 softmax under the
+consumer's own P V, and hand_off.patch: under ping-pong the second consumer waits for the first's loads, all
+measured slower; k_ahead.patch: the producer loads K a key tile ahead of V, and join.patch: a BF16 query tile's last
+P V issued with the next tile's first QK^T, both measured level or mixed; halves.patch: FA3's overlap with 64-key
+tiles, prepared, it spills), the FMA-pipe exponential the BF16 kernels measured as a header (exp2_poly.cuh, whose
+accuracy ci/gpu_exp2_poly.py checks), and microbenchmarks of the FP8 softmax's pipes and of its step alone, and the
+tensor pipe's rate under the kernels' GEMMs (pipes.cu, softmax_alone.cu, gemm_ceiling.cu:
 `python -m asmgen.sm90a.experiments.microbench`).
 --patch builds a patch's variants in a copy of the generator with the patch applied, the working tree left as it
 is; variants built from differently patched trees into one DIR share its manifest.
