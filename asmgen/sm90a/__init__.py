@@ -119,12 +119,13 @@ SCHEDULES = ("pingpong", "independent")
 # The BF16 kernels of each d_qk in order of S: (schedule, with the moved-maximum test (kCodeTest), the S from which it
 # serves); each serves up to the next one's first S (the entries' seqlen_min / seqlen_max, which dispatch reads).
 # Measured on the H200 (docs/sm90a.md): d = 128, ping-pong is 2-6% ahead of the independent kernel at S = 1000 and
-# 2-4% behind from 2K; the code-test kernel with the ring probe (PROBE_RING_CODE_TEST_D_QK) +4% to +10% over the
-# independent one at 4K and 0 to +5% at 3000 ("The tensor pipe's ceiling"), level at 2K (-2.5% to +3.3% in two runs).
-# d_qk = 192: ping-pong ahead up to 3000; from 4K the code-test kernel, +1.4% to +6.9% over the independent one at 4K
-# in three runs ("The hand-off and the BF16 ranges"), so no d_qk = 192 independent kernel is built.
+# 2-4% behind from 2K, level with the code-test kernel at 1000; the code-test kernel with the ring probe
+# (PROBE_RING_CODE_TEST_D_QK) over the independent one in three runs -2.5% to +6.9% at 2K (mean +2.8%), 0 to +5% at
+# 3000, +4% to +10% at 4K ("The epilogue under the next QK^T and the d = 128 ranges"), so no d = 128 independent
+# BF16 kernel is built. d_qk = 192: ping-pong ahead up to 3000; from 4K the code-test kernel, +1.4% to +6.9% over
+# the independent one at 4K in three runs ("The hand-off and the BF16 ranges").
 BF16_SERVES_FROM = {
-    128: (("pingpong", False, 0), ("independent", False, 2048), ("pingpong", True, 3072)),
+    128: (("pingpong", False, 0), ("pingpong", True, 2048)),
     192: (("pingpong", False, 0), ("pingpong", True, 4096)),
 }
 
@@ -232,21 +233,6 @@ FP8_KERNELS: list[dict] = [_fp8_kernel(d_qk, 128, FP8_SCHEDULE[p_mode], p_mode) 
 KERNELS: list[dict] = BF16_KERNELS + FP8_KERNELS
 
 
-# Schedules whose kernels hold the softmax ahead of the P V wait (kPinSoftmax, softmax_bf16.cuh). Measured on the H200
-# (docs/sm90a.md, "Pinning the softmax"): +0-4% for the independent consumers at S = 8K-32K, d = 128; in ping-pong,
-# where the other consumer's GEMMs already cover the softmax, -1% to +3% there and -5% to -8% at 2K.
-PINNED_SCHEDULES = ("independent",)
-# Kernels (dtype, d_qk, schedule) whose warpgroup index is not broadcast (kBroadcastIndex false, kernel.cuh). The
-# broadcast puts the consumers' wgmma descriptors in uniform registers (R2UR per kernel 151 -> 13 in the d = 128
-# ping-pong kernel); measured on the H200 against the same kernels without it (docs/sm90a.md, "FA3's loop, held
-# against ours"): +1-2% for the ping-pong kernels, +3-11% for the d_qk = 192 independent one, +0-2% for FP8, and
-# -3% for the d = 128 independent one, whose schedule ptxas then orders worse.
-SCATTERED_INDEX_KERNELS = {("bf16", 128, "independent")}
-# Kernels (d_qk, schedule) whose tile row maxima skip their quad reductions when a warp vote finds no partial maximum
-# above m + tau (kVoteMax; the results are bitwise the same). Measured on the H200 (docs/sm90a.md, "Voting on the row
-# maxima"), means of three runs for the d = 128 independent kernel: +1-3% from S = 16K, +1% at 8K, -1% to -2% at 4K;
-# at d_qk = 192 -3% to +1% from 8K, and at 2K -3% to -5%.
-VOTE_MAX_KERNELS = {(128, "independent")}
 # Element types whose consumers probe the next step's K and V under the softmax (kProbeRing, pipeline.cuh). Measured
 # on the H200 (docs/sm90a.md, "Probing the ring") against the same kernels without it: FP8 exact P in two runs
 # d = 128 -4% to +4% (mean +1%), d_qk = 192 -1% to +9% (mean +3%), its wait for K and V 146 -> 71 cycles per key tile
@@ -270,20 +256,16 @@ def _cxx_bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bool | None = None,
-                  broadcast_index: bool | None = None, staged: bool | None = None,
-                  probe_ring: bool | None = None, code_test: bool | None = None) -> str:
+def config_header(kernel: dict, *, staged: bool | None = None, probe_ring: bool | None = None,
+                  code_test: bool | None = None) -> str:
     """kernel_config.cuh of one kernel: its symbol and zyfa::Config (config.cuh), from its manifest entry and the
     measured choices above. The keywords are choices a measurement variant makes differently
-    (asmgen/sm90a/experiments; default: PINNED_SCHEDULES, VOTE_MAX_KERNELS, SCATTERED_INDEX_KERNELS,
-    DIRECT_STORE_KERNELS, probes_ring and the entry's code_test; pin_softmax and vote_max are BF16 choices)."""
-    broadcasts = (kernel["dtype"], kernel["d_qk"], kernel["schedule"]) not in SCATTERED_INDEX_KERNELS
+    (asmgen/sm90a/experiments; default: DIRECT_STORE_KERNELS, probes_ring and the entry's code_test)."""
     fields = [
         ("int", "kDQk", kernel["d_qk"]),
         ("int", "kDV", kernel["d_v"]),
         ("int", "kStages", kernel["stages"]),
         ("float", "kTau", f"{float(kernel['rescale_threshold'])!r}f"),
-        ("bool", "kBroadcastIndex", _cxx_bool(broadcasts if broadcast_index is None else broadcast_index)),
         ("bool", "kStagedStore", _cxx_bool(staged_store(kernel["dtype"], kernel["p_mode"]) if staged is None
                                            else staged)),
         ("bool", "kProbeRing", _cxx_bool(probes_ring(kernel) if probe_ring is None else probe_ring)),
@@ -291,15 +273,7 @@ def config_header(kernel: dict, *, pin_softmax: bool | None = None, vote_max: bo
     ]
     if kernel["dtype"] == "bf16":
         element = "Bf16"
-        pinned = kernel["schedule"] in PINNED_SCHEDULES
-        votes = (kernel["d_qk"], kernel["schedule"]) in VOTE_MAX_KERNELS
-        fields += [
-            ("bool", "kPinSoftmax", _cxx_bool(pinned if pin_softmax is None else pin_softmax)),
-            ("bool", "kVoteMax", _cxx_bool(votes if vote_max is None else vote_max)),
-        ]
     else:
-        if (pin_softmax, vote_max) != (None, None):
-            raise ValueError(f"{kernel['name']}: pin_softmax and vote_max are BF16 choices")
         element = "E4m3"
         fields += [
             ("PMode", "kPMode", "PMode::kLean" if kernel["p_mode"] == "lean" else "PMode::kExact"),

@@ -10,15 +10,10 @@
 //     static constexpr int kStages;             // depth of the K/V ring
 //     static constexpr float kTau;              // rescale threshold of the lazy row maximum, base-2 units
 //     using Schedule = PingPong | Independent;  // how the two consumers issue their GEMMs
-//     static constexpr bool kBroadcastIndex;    // the warpgroup index known warp-uniform to ptxas (kernel.cuh)
 //     static constexpr bool kStagedStore;       // O leaves through shared memory in 16-byte stores (epilogue.cuh)
 //     static constexpr bool kProbeRing;         // the next step's K and V probed under the softmax (pipeline.cuh)
 //     static constexpr bool kCodeTest;          // after the first key tile, row maxima only when the packed P
 //                                               // shows one may have moved (softmax_bf16.cuh, softmax_fp8.cuh)
-//     // BF16:
-//     static constexpr bool kPinSoftmax;        // the softmax held ahead of the P V wait (softmax_bf16.cuh)
-//     static constexpr bool kVoteMax;           // the row maxima's quad reductions behind a warp vote
-//                                               // (softmax_bf16.cuh)
 //     // FP8:
 //     static constexpr PMode kPMode;            // exact or lean P (softmax_fp8.cuh)
 //     static constexpr int kDynamicSharedBytes; // what the launch provides (checked against the layout)

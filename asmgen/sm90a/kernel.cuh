@@ -21,10 +21,9 @@ __device__ void attention_fwd(const TensorMap* tq, const TensorMap* tk, const Te
   // The 128-byte swizzle repeats every 1024 bytes; TMA and wgmma both assume boxes start on that boundary.
   uint8_t* smem = smem_raw + ((kAtomBytes - smem_u32(smem_raw) % kAtomBytes) % kAtomBytes);
   const Barriers bars{smem_u32(smem) + L::kBarriers};
-  // C::kBroadcastIndex: broadcast from lane 0, ptxas knows the index is warp-uniform, and the consumers' shared-memory
-  // addresses and wgmma descriptors derived from it live in uniform registers (no R2UR before every wgmma).
-  const int warpgroup = C::kBroadcastIndex ? __shfl_sync(0xffffffff, threadIdx.x / kThreadsPerWarpgroup, 0)
-                                           : threadIdx.x / kThreadsPerWarpgroup;
+  // Broadcast from lane 0, ptxas knows the index is warp-uniform, and the consumers' shared-memory addresses and
+  // wgmma descriptors derived from it live in uniform registers (no R2UR before every wgmma).
+  const int warpgroup = __shfl_sync(0xffffffff, threadIdx.x / kThreadsPerWarpgroup, 0);
 
   if (threadIdx.x == 0) {
     tma_prefetch_map(tq);

@@ -45,11 +45,6 @@ __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pf)[32
   }
 }
 
-// C::kPinSoftmax: ptxas sees no dependency between the softmax and `wgmma.wait_group` and sinks the exponentials,
-// row sums and the quad reduction past the P V wait, so only the local row maxima overlap P V. Pinned, the release
-// of the K slot moves from just after the S wait to just before the P V wait and its barrier address depends on the
-// row sums (pinned_address): ptxas keeps that mbarrier arrive (a shared-memory operation) ahead of the wait, and so
-// the softmax it depends on. Costs 2 instructions (FADD, select) per tile.
 template <class C, class Params>
 __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, int consumer) {
   using L = SharedLayout<C>;
@@ -120,7 +115,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         wgmma_wait<1>();  // S of this tile is ready; P V of the previous one may still run
         loads.probe(bars, ring);
         fence_regs(s);
-        if constexpr (!C::kPinSoftmax) smem_ring.release(bars.k_empty(ring.slot));
+        smem_ring.release(bars.k_empty(ring.slot));
         if constexpr (decltype(diagonal)::value) {
           smem_ring.release(bars.q_empty());
           mask_diagonal(s, row0, lane);
@@ -132,7 +127,6 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         }
         if (!packed) softmax_tile<C>(s, st, scale_log2, factor);
         fence_regs(s);  // the exponentials are done before the wait below, i.e. under the running P V
-        if constexpr (C::kPinSoftmax) smem_ring.release(pinned_address(bars.k_empty(ring.slot), st));
         if constexpr (C::kCodeTest) {
           if (!packed) pack_p(s, pf_write);  // the other set: the running P V reads pf_read
         }

@@ -14,8 +14,8 @@ wgmma groups that read shared memory until they complete (in issue order, at tim
 - a parity wait that falls two phases behind its barrier (parity could no longer tell the phases apart).
 
 It mirrors the code by hand: `produce` follows producer.cuh, `consume` mainloop_bf16.cuh (and, with `both_gemms`,
-mainloop_fp8.cuh), and their options (the ring's stages, the PingPong schedule's turns, the pinned K release of
-Config::kPinSoftmax) the Config fields; they must be kept in step with it.
+mainloop_fp8.cuh), and their options (the ring's stages, the PingPong schedule's turns) the Config fields; they
+must be kept in step with it.
 """
 
 from __future__ import annotations
@@ -49,8 +49,7 @@ class Barrier:
 class Config:
     stages: int = 2
     pingpong: bool = True
-    pinned: bool = False  # Config::kPinSoftmax: the K release moves to just before the P V wait
-    both_gemms: bool = False  # the FP8 main loop: each step waits for QK^T and P V together (then pinned is moot)
+    both_gemms: bool = False  # the FP8 main loop: each step waits for QK^T and P V together
 
 
 @dataclass
@@ -158,12 +157,9 @@ def consume(c: int, tiles, group: int, cfg: Config):
                     yield free("q_empty")
             else:  # BF16: the softmax between the S wait and the P V wait
                 yield "wait_group", c, 1
-                if not cfg.pinned:
-                    yield free(f"k_empty{ring.slot}")
+                yield free(f"k_empty{ring.slot}")
                 if kt == tile:
                     yield free("q_empty")
-                if cfg.pinned:
-                    yield free(f"k_empty{ring.slot}")
                 yield "wait_group", c, 0
                 yield free(f"v_empty{prev.slot}")
             prev = ring.copy()

@@ -5,9 +5,9 @@ step, which runs to its P V wait (`gsb0, 0x0`). What lies between the two runs u
 up to the next GEMM issue is exposed. The FP8 kernels wait for both GEMMs of a step at once: a step is a wait for no
 group (`gsb0, 0x0`) after an issue of two commit groups (QK^T and P V), and all of it is exposed (the other
 consumer's GEMMs are what run under it). A report row gives the instructions (NOPs left out) and exponentials
-(MUFU.EX2) under P V, where the barrier arrives stand among them (K slot and Q releases; in pinned kernels the K
-release that holds the softmax is the last), and the exposed instructions and exponentials, counted in address
-order up to the next HGMMA/QGMMA or S wait. Steps in address order: the steady step, then the diagonal step.
+(MUFU.EX2) under P V, where the barrier arrives stand among them (K slot and Q releases), and the exposed
+instructions and exponentials, counted in address order up to the next HGMMA/QGMMA or S wait. Steps in address
+order: the steady step, then the diagonal step.
 """
 
 from __future__ import annotations

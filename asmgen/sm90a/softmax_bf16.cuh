@@ -14,24 +14,18 @@ namespace zyfa {
 __device__ __forceinline__ float prob(float s, float scale_log2, float m) { return ex2(fmaf(s, scale_log2, -m)); }
 
 // Scores of one key tile -> probabilities in place; returns per-row factors for O (1 where m did not move).
-// C::kVoteMax: c > 0, so the maximum of the scaled scores is the scaled maximum, with the same rounding, and a row's
-// maximum exceeds m + tau exactly when one of its quad's partial maxima does; a warp vote then skips the two
-// dependent shuffles per row when no lane's does (the row maximum cannot move: the results are the same).
 template <class C>
 __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float scale_log2, float (&factor)[2]) {
   float local[2];
   partial_maxima(s, local);
   factor[0] = factor[1] = 1.0f;
-  if (!C::kVoteMax || __any_sync(0xffffffff, local[0] * scale_log2 > st.m[0] + C::kTau ||
-                                                 local[1] * scale_log2 > st.m[1] + C::kTau)) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float mt = quad_max(local[h]) * scale_log2;
-      if (mt > st.m[h] + C::kTau) {
-        factor[h] = ex2(st.m[h] - mt);
-        st.m[h] = mt;
-        st.l[h] *= factor[h];
-      }
+  for (int h = 0; h < 2; ++h) {
+    const float mt = quad_max(local[h]) * scale_log2;
+    if (mt > st.m[h] + C::kTau) {
+      factor[h] = ex2(st.m[h] - mt);
+      st.m[h] = mt;
+      st.l[h] *= factor[h];
     }
   }
 #pragma unroll
@@ -80,16 +74,6 @@ __device__ __forceinline__ bool codes_may_have_moved(const float (&s)[64], RowSt
     st.l[1] = l[1];
   }
   return moved;
-}
-
-// `bar`, made to depend on every probability of the tile for ptxas (C::kPinSoftmax): the row sums are sums of
-// values >= +0, or a NaN, which FP32 arithmetic returns as the canonical 0x7FFFFFFF, so their sum never has the
-// sign bit set and the select always yields `bar`; ptxas cannot prove that and keeps the data dependency.
-// Precondition: p >= 0. A negative row sum would arrive on the next barrier and hang the CTA.
-__device__ __forceinline__ uint32_t pinned_address(uint32_t bar, const RowState& st) {
-  constexpr uint32_t kUnreachableOffset = 8;  // the next barrier: never taken
-  const int bits = __float_as_int(st.l[0] + st.l[1]);
-  return bits < 0 ? bar + kUnreachableOffset : bar;
 }
 
 // P (FP32 accumulator layout) -> BF16 A fragments: the accumulator of key columns 16k..16k+15 is exactly the

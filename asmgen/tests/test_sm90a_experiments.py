@@ -13,31 +13,20 @@ from asmgen import sm90a
 from asmgen.sm90a import experiments, sass
 
 
-def test_vote_variants_vote_where_the_shipped_kernels_do_not(tmp_path):
-    entries = experiments.build_variants(tmp_path, ["vote"])
-    # every BF16 kernel but the one that already votes
-    shipped = {(k["d_qk"], k["schedule"]) for k in sm90a.BF16_KERNELS} - sm90a.VOTE_MAX_KERNELS
-    assert {(e["d_qk"], e["schedule"]) for e in entries} == shipped
+def test_independent_variants_rebuild_the_bf16_kernels_without_turns(tmp_path):
+    entries = experiments.build_variants(tmp_path, ["independent"], ["bf16"])
+    # every BF16 kernel (all ping-pong), without the named barriers of the turns
+    assert {e["name"] for e in entries} == {f"{k['name']}_independent" for k in sm90a.BF16_KERNELS}
     for entry in entries:
-        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        assert entry["schedule"] == "independent" and entry["same_results_as_shipped"]
+        assert entry["resources"]["local_bytes"] == 0
         code = sass.instructions(tmp_path / entry["file"])
-        assert any("VOTE.ANY" in c for c in code)
+        assert not any("BAR.ARV" in c for c in code)
         assert not any(sass.LOCAL_MEMORY.search(c) for c in code)
     # a second build into the same folder adds its variants to the first's
-    added = experiments.build_variants(tmp_path, ["no_vote"])
+    added = experiments.build_variants(tmp_path, ["direct"], ["bf16"])
     listed = {e["name"] for e in json.loads((tmp_path / "manifest.json").read_text())["kernels"]}
     assert added and listed == {e["name"] for e in entries + added}
-
-
-
-def test_scattered_variants_rebuild_the_kernels_without_the_broadcast_index(tmp_path):
-    entries = experiments.build_variants(tmp_path, ["scattered"], ["fp8e4m3"])
-    # the ping-pong (lean P) kernels spill without the uniform descriptors, and are left out
-    assert {e["name"] for e in entries} == {f"{k['name']}_scattered" for k in sm90a.FP8_KERNELS
-                                            if k["schedule"] == "independent"}
-    for entry in entries:
-        code = sass.instructions(tmp_path / entry["file"])
-        assert sum("R2UR" in c for c in code) > sum("GMMA" in c for c in code)  # descriptors cross one by one
 
 
 def test_the_kept_patches_apply_to_the_current_sources():
@@ -128,9 +117,9 @@ def test_the_timing_patch_builds_timed_bf16_variants_whose_laps_bound_the_p_v_wa
         assert entry["timed"] and entry["resources"]["local_bytes"] == 0
         code = [c for c in sass.instructions(tmp_path / entry["file"]) if not c.startswith("NOP")]
         waits = [i for i, c in enumerate(code) if sass.S_WAIT in c]
-        # laps around the P V wait where the softmax is held ahead of it (pinned, or the moved-maximum test); none
-        # just before it where ptxas sinks the softmax past it
-        ahead = entry["schedule"] in sm90a.PINNED_SCHEDULES or entry["code_test"]
+        # laps around the P V wait where the softmax is held ahead of it (the moved-maximum test); none just before
+        # it where ptxas sinks the softmax past it
+        ahead = entry["code_test"]
         for wait in waits:
             pv_wait = next(i for i in range(wait + 1, len(code)) if sass.PV_WAIT in code[i])
             assert ("SR_CLOCKLO" in code[pv_wait - 1]) == ahead

@@ -1,6 +1,6 @@
 """The shipped BF16 sm90a kernels are the configurations their manifest entries and the measured choices name, and
-their SASS has the structure docs/sm90a.md claims (the pinned softmax, the vote on the row maxima, the code-test
-kernels' softmax under P V). Needs cuobjdump, like `python -m asmgen.build --check`."""
+their SASS has the structure docs/sm90a.md claims (the plain kernels' softmax left to ptxas, the code-test kernels'
+softmax under P V). Needs cuobjdump, like `python -m asmgen.build --check`."""
 
 from __future__ import annotations
 
@@ -40,13 +40,8 @@ def test_config_header_is_the_manifest_entry():
 
 def test_shipped_kernels_take_the_measured_choices():
     for entry in sm90a.BF16_KERNELS:
-        config = config_of(entry)
-        pinned = entry["schedule"] in sm90a.PINNED_SCHEDULES
-        assert config["kPinSoftmax"] == ("true" if pinned else "false")
-        votes = (entry["d_qk"], entry["schedule"]) in sm90a.VOTE_MAX_KERNELS
-        assert config["kVoteMax"] == ("true" if votes else "false")
-        # the moved-maximum test votes too
-        voting = votes or entry["code_test"]
+        # only the moved-maximum test votes
+        voting = entry["code_test"]
         assert (count(sass.instructions(sass.OBJECTS / entry["file"]), "VOTE.ANY") > 0) == voting
     # per head dims: ping-pong from S = 1, ping-pong with the moved-maximum test to any S, their ranges adjoining
     for d_qk in (128, 192):
@@ -64,14 +59,11 @@ def test_broadcast_index_puts_the_descriptors_in_uniform_registers():
     # with the warpgroup index broadcast, ptxas keeps the wgmma descriptors in uniform registers: fewer R2UR than
     # wgmma instructions in the whole kernel, against more than one per wgmma without it
     for entry in sm90a.KERNELS:
-        config = config_of(entry)
-        broadcasts = (entry["dtype"], entry["d_qk"], entry["schedule"]) not in sm90a.SCATTERED_INDEX_KERNELS
-        assert config["kBroadcastIndex"] == ("true" if broadcasts else "false")
         code = sass.instructions(sass.OBJECTS / entry["file"])
         gemms = sum("GMMA" in c for c in code)
         # but for the BF16 code-test kernels, whose second P set leaves ptxas no uniform registers for them: it
         # converts the descriptors before each wgmma as without the broadcast (as measured, docs/sm90a.md)
-        uniform = broadcasts and not (entry["dtype"] == "bf16" and entry["code_test"])
+        uniform = not (entry["dtype"] == "bf16" and entry["code_test"])
         assert (count(code, "R2UR") < gemms) == uniform, entry["name"]
 
 
@@ -87,7 +79,7 @@ def test_staged_epilogues_store_o_in_whole_rows():
     assert {(k["dtype"], k["p_mode"]) for k in sm90a.KERNELS} > sm90a.DIRECT_STORE_KERNELS
 
 
-def test_report_shows_the_pinned_softmax_of_the_shipped_kernels():
+def test_report_shows_where_the_shipped_kernels_softmax_runs():
     for entry in sm90a.BF16_KERNELS:
         found = sass.steps(sass.instructions(sass.OBJECTS / entry["file"]))
         if entry["code_test"]:
@@ -97,12 +89,8 @@ def test_report_shows_the_pinned_softmax_of_the_shipped_kernels():
             assert len(found) == 5 and all(s.exponentials >= 128 and s.exposed < 120 for s in found), entry["name"]
             continue
         steady, diagonal = found
-        if entry["schedule"] in sm90a.PINNED_SCHEDULES:
-            # all exponentials under P V, held there by the K release just before the wait
-            assert steady.exponentials == diagonal.exponentials == 66
-            assert steady.arrives[-1] == steady.under_pv - 1
-        else:  # left to ptxas, which sinks the softmax past the wait: only the row maxima stay under P V
-            assert steady.exponentials == 0 and steady.under_pv < 100
+        # left to ptxas, which sinks the softmax past the wait: only the row maxima stay under P V
+        assert steady.exponentials == 0 and steady.under_pv < 100
 
 
 def test_report_reads_the_fp8_steps_that_wait_for_both_gemms():
@@ -113,20 +101,6 @@ def test_report_reads_the_fp8_steps_that_wait_for_both_gemms():
         found = sass.steps(sass.instructions(sass.OBJECTS / entry["file"]))
         assert len(found) == 2 and all(s.under_pv == 0 and s.exposed > 400 for s in found), entry["name"]
         assert {s.exposed_exponentials for s in found} == {2 * 64 + 2 if entry["p_mode"] == "exact" else 2}
-
-
-def test_vote_skips_the_quad_reductions_behind_a_warp_vote():
-    for entry in sm90a.BF16_KERNELS:
-        if (entry["d_qk"], entry["schedule"]) not in sm90a.VOTE_MAX_KERNELS:
-            continue
-        code = sass.instructions(sass.OBJECTS / entry["file"])
-        step = next(i for i, c in enumerate(code) if sass.S_WAIT in c)
-        first_exp = next(i for i in range(step, len(code)) if "MUFU.EX2" in code[i])
-        body = code[step:first_exp]
-        vote = next(i for i, c in enumerate(body) if "VOTE.ANY" in c)
-        # the vote, then a branch around the four shuffles (two dependent levels, two rows)
-        assert "BRA" in body[vote + 1]
-        assert count(body[vote:], "SHFL.BFLY") == 4 and count(body[:vote], "SHFL") == 0
 
 
 def test_shipped_kernels_use_no_local_memory():

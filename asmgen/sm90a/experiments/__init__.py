@@ -14,10 +14,11 @@ stopwatch in the key loops (measured), whose sums `python -m asmgen.sm90a.experi
 alternate.patch: the FP8 consumers take turns over their softmax, pv_overlap.patch: the FP8 softmax under the
 consumer's own P V, and hand_off.patch: under ping-pong the second consumer waits for the first's loads, all
 measured slower; k_ahead.patch: the producer loads K a key tile ahead of V, and join.patch: a BF16 query tile's last
-P V issued with the next tile's first QK^T, both measured level or mixed; halves.patch: FA3's overlap with 64-key
-tiles, prepared, it spills), the FMA-pipe exponential the BF16 kernels measured as a header (exp2_poly.cuh, whose
-accuracy ci/gpu_exp2_poly.py checks), and microbenchmarks of the FP8 softmax's pipes and of its step alone, and the
-tensor pipe's rate under the kernels' GEMMs (pipes.cu, softmax_alone.cu, gemm_ceiling.cu:
+P V issued with the next tile's first QK^T, both measured level or mixed; epilogue_under_qk.patch: a query tile's
+epilogue under the next tile's first QK^T, measured slower but for the BF16 ping-pong kernels; halves.patch: FA3's
+overlap with 64-key tiles, prepared, it spills), the FMA-pipe exponential the BF16 kernels measured as a header
+(exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks), and microbenchmarks of the FP8 softmax's pipes and of
+its step alone, and the tensor pipe's rate under the kernels' GEMMs (pipes.cu, softmax_alone.cu, gemm_ceiling.cu:
 `python -m asmgen.sm90a.experiments.microbench`).
 --patch builds a patch's variants in a copy of the generator with the patch applied, the working tree left as it
 is; variants built from differently patched trees into one DIR share its manifest.
@@ -45,15 +46,9 @@ from .. import (
 
 # name -> (manifest changes, build keywords, the p_modes of the shipped kernels it is built from), per element type
 BF16_VARIANTS = {
-    "unpinned": ({}, {"pin_softmax": False}, ("bf16",)),  # softmax left to ptxas (independent)
-    "pinned": ({}, {"pin_softmax": True}, ("bf16",)),  # softmax held ahead of the P V wait (ping-pong)
-    # the warp vote on the row maxima: bitwise the same results, which the GPU check then requires
-    "vote": ({"same_results_as_shipped": True}, {"vote_max": True}, ("bf16",)),
-    "no_vote": ({"same_results_as_shipped": True}, {"vote_max": False}, ("bf16",)),
     "stages3": ({"stages": STAGES + 1}, {}, ("bf16",)),  # a third K/V ring slot (fits at d = 128 only)
-    # the warpgroup index broadcast (uniform descriptors) or not, against the shipped choice
-    "broadcast": ({"same_results_as_shipped": True}, {"broadcast_index": True}, ("bf16",)),
-    "scattered": ({"same_results_as_shipped": True}, {"broadcast_index": False}, ("bf16",)),
+    # the consumers issuing independently, not in ping-pong turns: the same arithmetic, bitwise the same results
+    "independent": ({"schedule": "independent", "same_results_as_shipped": True}, {}, ("bf16",)),
     # O stored straight from the accumulator in 4-byte stores, not staged: bitwise the same results
     "direct": ({"same_results_as_shipped": True}, {"staged": False}, ("bf16",)),
     # the next step's K and V probed under the softmax (kProbeRing): bitwise the same results
@@ -71,7 +66,6 @@ FP8_VARIANTS = {
     # the same results
     "pingpong": ({"schedule": "pingpong", "same_results_as_shipped": True}, {}, ("exact",)),
     "independent": ({"schedule": "independent", "same_results_as_shipped": True}, {}, ("lean",)),
-    "scattered": ({}, {"broadcast_index": False}, ("exact", "lean")),  # the warpgroup index not broadcast
     # the epilogue the other p_mode ships (DIRECT_STORE_KERNELS): bitwise the same results
     "direct": ({"same_results_as_shipped": True}, {"staged": False}, ("exact",)),
     "staged": ({"same_results_as_shipped": True}, {"staged": True}, ("lean",)),

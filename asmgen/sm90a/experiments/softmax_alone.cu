@@ -21,17 +21,16 @@ struct Exact : E4m3 {
 struct Lean : Exact {
   static constexpr PMode kPMode = PMode::kLean;
 };
-struct Bf16Step : Bf16 {  // the BF16 kernels' softmax with the vote on the maxima (the d = 128 independent kernel's)
+struct Bf16Step : Bf16 {  // the BF16 kernels' softmax
   static constexpr float kTau = 0.125f;
-  static constexpr bool kVoteMax = true;
 };
 
 constexpr float kScale = 1.4427f;         // c: log2(e), a score scale of 1
 constexpr float kRowMaximum = 4.0f;       // above every scaled score: the maxima never move
 constexpr uint32_t kSoftmaxBarrier = 1;   // named barrier of the softmax warpgroup (0 is __syncthreads)
 
-// What a variant leaves out or changes; kBf16 is the BF16 kernels' step instead (softmax_bf16.cuh: row maxima with
-// the vote, ex2 and the row sums of unrounded p, O's rescale, BF16 packing; O accumulates in the tensor core there).
+// What a variant leaves out or changes; kBf16 is the BF16 kernels' step instead (softmax_bf16.cuh: row maxima, ex2 and the
+// row sums of unrounded p, O's rescale, BF16 packing; O accumulates in the tensor core there).
 enum Part { kAll, kLeanP, kNoRowSums, kNoRowMaxima, kNoAddTile, kBf16 };
 
 // One warpgroup's softmax steps; each warp writes its cycles. Each step's S and acc are the last step's (what a GEMM
