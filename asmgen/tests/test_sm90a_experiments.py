@@ -5,6 +5,7 @@ choice changed, and none equal to its shipped kernel is built. Needs nvcc and cu
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -102,9 +103,12 @@ def test_the_timing_patch_builds_timed_fp8_variants_whose_sums_the_reader_averag
             base = (cta * timing.CONSUMER_WARPS + 4 * consumer) * phases
             sums[base:base + 4] = [100 * scale, 200 * scale, 300 * scale, (1000 + consumer) * scale]
             sums[base + timing.PHASES.index("steps")] = 10
+            sums[base + timing.PHASES.index("epilogue")] = 500 * scale
+            sums[base + timing.PHASES.index("total")] = 10000 * scale
     rows = timing.per_step(sums, grid=2)
     assert [row["consumer"] for row in rows] == [0, 1]
     assert rows[0]["kv_wait"] == 20 and rows[0]["softmax"] == 200 and rows[1]["softmax"] == 200.2
+    assert rows[0]["epilogue_share"] == 0.05 and rows[0]["q_wait_share"] == 0
 
 
 def test_the_timing_patch_builds_timed_bf16_variants_whose_laps_bound_the_p_v_wait(tmp_path):
@@ -158,6 +162,46 @@ def test_the_alternate_patch_puts_each_steps_exponentials_inside_a_turn(tmp_path
             # the turn is taken after the GEMM wait and before the first exponential, given back after the issue
             assert any("BAR.SYNC" in c for c in body[:first_exp])
             assert sum("BAR.ARV" in c for c in body[first_exp:]) <= 1
+
+
+def test_the_trio_patch_builds_three_consumer_fp8_variants_whose_key_loop_keeps_to_registers(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZYFA_ALLOW_SPILLS", "1")  # the epilogue's few spills (the patch says so)
+    entries = experiments.build_patched(tmp_path, "trio.patch", ["trio"], ["fp8e4m3"])
+    assert {(e["p_mode"], e["d_qk"]) for e in entries} == {(p, d) for p in ("exact", "lean") for d in (128, 192)}
+    for entry in entries:
+        assert (entry["tile_m"], entry["threads"]) == (192, 512) and entry["same_results_as_shipped"]
+        assert entry["shared_bytes"] <= sm90a.MAX_SHARED
+        code = [text for _, text in sass.functions(tmp_path / entry["file"])[entry["symbol"]]]
+        # three consumer warpgroups of 160 registers beside a producer of 24
+        assert any("USETMAXREG.TRY_ALLOC" in c and "0xa0" in c for c in code)
+        assert any("USETMAXREG.DEALLOC" in c and "0x18" in c for c in code)
+        # the key loop (the innermost backward branch around GEMMs) has no local memory
+        addresses = [a for a, _ in sass.functions(tmp_path / entry["file"])[entry["symbol"]]]
+        step_gemms = entry["d_qk"] // 32 + sm90a.TILE_N // 32  # QK^T and P V, k = 32 each
+        loops = []
+        for i, c in enumerate(code):
+            target = re.search(r"BRA (0x[0-9a-f]+)", c)
+            if target and int(target.group(1), 16) < addresses[i]:
+                body = code[addresses.index(int(target.group(1), 16)):i]
+                if sum("QGMMA" in b for b in body) >= step_gemms:
+                    loops.append(body)
+        key_loop = min(loops, key=len)
+        assert sum("QGMMA" in c for c in key_loop) == step_gemms
+        assert not any(sass.LOCAL_MEMORY.search(c) for c in key_loop)
+
+
+def test_the_bulk_store_patch_hands_whole_output_rows_to_the_tma_engine(tmp_path):
+    entries = experiments.build_patched(tmp_path, "bulk_store.patch", ["bulk_store"])
+    # every kernel whose shared memory holds the larger staging: BF16 d_qk = 192 does not
+    fitting = {k["name"] for k in sm90a.KERNELS if not (k["dtype"] == "bf16" and k["d_qk"] == 192)}
+    assert {e["name"] for e in entries} == {f"{name}_bulk_store" for name in fitting}
+    for entry in entries:
+        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        assert entry["shared_bytes"] <= sm90a.MAX_SHARED
+        code = sass.instructions(tmp_path / entry["file"])
+        # one pass of stmatrix over the 128 columns, the rows out by bulk copy, nothing read back from the staging
+        assert sum("STSM.16.M88.4" in c for c in code) == 8 and any("UBLKCP.G.S" in c for c in code)
+        assert not any("LDS.128" in c for c in code)
 
 
 def test_each_microbenchmark_loop_holds_the_instructions_it_measures(tmp_path):

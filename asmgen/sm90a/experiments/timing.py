@@ -12,9 +12,9 @@ test and packing, or the row maxima and exponentials), waits for P V and then re
 after the wait) and advances the ring (the rest of the step); in the kernels whose softmax ptxas sinks past the P V
 wait (ping-pong without the test) the softmax column holds that wait too and the P V wait column stays empty. This
 script runs each timed kernel of DIR's manifest on Gaussian inputs and prints, per kernel, shape and consumer
-warpgroup, the cycles per key-tile step of each phase (CTAs averaged, warp 0 of each consumer warpgroup); the
-timed_fine variants (FP8) also split the softmax phase into its parts. Columns a kernel does not time are empty
-(-). Progress to stderr.
+warpgroup, the cycles per key-tile step of each phase (CTAs averaged, warp 0 of each consumer warpgroup) and the
+shares of its whole time spent in the epilogues and the Q waits (once per query tile); the timed_fine variants (FP8)
+also split the softmax phase into its parts. Columns a kernel does not time are empty (-). Progress to stderr.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ PHASES = ("kv_wait", "issue", "gemm_wait", "softmax", "epilogue", "q_wait", "ste
           "pre", "row_maxima", "exponentials", "packing")
 SLOTS = {"fp8e4m3": PHASES, "bf16": (*PHASES[:8], "pv_wait", "tail", None, None)}
 STEP_PHASES = (*PHASES[:4], *PHASES[8:], "pv_wait", "tail")  # the phases of a key-tile step, both element types
+TILE_PHASES = ("epilogue", "q_wait")  # once per query tile: reported as shares of the consumer's total time
 CONSUMER_WARPS = 8
 
 
@@ -46,9 +47,11 @@ def per_step(sums, grid: int, dtype: str = "fp8e4m3") -> list[dict]:
     for consumer in (0, 1):
         warp = table[4 * consumer]
         steps = warp[slots.index("steps")].item()
+        total = max(warp[slots.index("total")].item(), 1.0)
         rows.append({"consumer": consumer, "steps": steps,
                      **{phase: warp[slots.index(phase)].item() / max(steps, 1.0) if phase in slots else 0.0
-                        for phase in STEP_PHASES}})
+                        for phase in STEP_PHASES},
+                     **{f"{phase}_share": warp[slots.index(phase)].item() / total for phase in TILE_PHASES}})
     return rows
 
 
@@ -72,8 +75,8 @@ def main() -> int:
     grid = sm90a.multiprocessors(torch.cuda.current_device())
     print("| kernel | S | heads | consumer | cycles per step: K/V wait | GEMM issue | GEMM wait (BF16: S) | softmax "
           "(fine: the rest; BF16: under P V) | fine: probe, releases, O += acc | row maxima | exponentials | packing | "
-          "BF16: P V wait | BF16: rescale, packing, ring |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "BF16: P V wait | BF16: rescale, packing, ring | share of the time: epilogue | Q wait |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     torch.manual_seed(0)
     for kernel in kernels:
         for seqlen in args.seqlens:
@@ -93,8 +96,8 @@ def main() -> int:
                 sums = lse.reshape(-1).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
                 for row in per_step(sums, grid, kernel.dtype):
                     print(f"| {kernel.name} | {seqlen} | {heads}/{heads_k} | {row['consumer']} | "
-                          + " | ".join(f"{row[phase]:.0f}" if row[phase] else "-" for phase in STEP_PHASES) + " |",
-                          flush=True)
+                          + " | ".join(f"{row[phase]:.0f}" if row[phase] else "-" for phase in STEP_PHASES) + " | "
+                          + " | ".join(f"{row[f'{phase}_share']:.1%}" for phase in TILE_PHASES) + " |", flush=True)
     return 0
 
 
