@@ -171,12 +171,11 @@ def test_the_trio_patch_builds_three_consumer_fp8_variants_whose_key_loop_keeps_
     for entry in entries:
         assert (entry["tile_m"], entry["threads"]) == (192, 512) and entry["same_results_as_shipped"]
         assert entry["shared_bytes"] <= sm90a.MAX_SHARED
-        code = [text for _, text in sass.functions(tmp_path / entry["file"])[entry["symbol"]]]
+        addresses, code = zip(*sass.functions(tmp_path / entry["file"])[entry["symbol"]], strict=True)
         # three consumer warpgroups of 160 registers beside a producer of 24
         assert any("USETMAXREG.TRY_ALLOC" in c and "0xa0" in c for c in code)
         assert any("USETMAXREG.DEALLOC" in c and "0x18" in c for c in code)
         # the key loop (the innermost backward branch around GEMMs) has no local memory
-        addresses = [a for a, _ in sass.functions(tmp_path / entry["file"])[entry["symbol"]]]
         step_gemms = entry["d_qk"] // 32 + sm90a.TILE_N // 32  # QK^T and P V, k = 32 each
         loops = []
         for i, c in enumerate(code):
