@@ -32,7 +32,9 @@ STAGES = 2  # depth of the K/V shared-memory ring (one Q buffer: a second measur
 BOX_ROW_BYTES = 128  # a TMA box's row: the 128-byte swizzle's width (64 BF16 or 128 e4m3 columns)
 SWIZZLE_ALIGN = 1024  # boxes start on the 128-byte swizzle's 1024-byte period; the launch adds that much slack
 BARRIER_BYTES = 8
-STAGING_BYTES = 8 * 16 * BOX_ROW_BYTES  # the staged epilogue's: 16 rows of 128 bytes per consumer warp (pipeline.cuh)
+# The epilogue's shared memory per store form (pipeline.cuh): per consumer warp 16 rows of 128 bytes (staged), or of
+# 256 bytes pitched 272 apart (bulk)
+STAGING_BYTES = {"direct": 0, "staged": 8 * 16 * BOX_ROW_BYTES, "bulk": 8 * 16 * 272}
 
 # Ordered kernel parameters; "tmap" = CUtensorMap by value. Strides are in elements. Offsets are added below.
 _PARAMS = [
@@ -85,29 +87,29 @@ RESERVED_SHARED = 1024
 MAX_SHARED = 227 * 1024  # the most one CTA may use on sm_90
 
 
-# Kernels (dtype, p_mode) whose epilogue stores O straight from the accumulator (kStagedStore false, epilogue.cuh);
-# the others pass it through shared memory and store whole 128-byte rows. Measured on the H200, staged over direct
-# (docs/sm90a.md, "The staged epilogue, the in-kernel V^T and sleeping waits"): BF16 +1% to +14% at 2K, 0 to +11% at
-# 4K, -2% to +2% from 8K; exact P +4% to +10% at 2K, +1% to +4% at 8K, -1% to +2% at 32K; lean P -2% to -5% from 8K
-# (ptxas schedules its key loop anew: 536 exposed instructions per step instead of 534).
-DIRECT_STORE_KERNELS = {("fp8e4m3", "lean")}
+# How each kernel's epilogue stores O (config.cuh, Store; epilogue.cuh): "staged" (each warp's rows through shared
+# memory, 16-byte stores of whole 128-byte rows), "bulk" (whole rows through shared memory by bulk copies, which the
+# TMA engine stores while the warp goes on) or "direct" (4-byte stores from the accumulator). Measured on the H200
+# (docs/sm90a.md, "The staged epilogue, the in-kernel V^T and sleeping waits"), staged over direct: BF16 +1% to +14% at
+# 2K, 0 to +11% at 4K, -2% to +2% from 8K; exact P +4% to +10% at 2K, +1% to +4% at 8K, -1% to +2% at 32K; lean P -2%
+# to -5% from 8K. Bulk ("The epilogue by bulk copies"): over direct for lean P +2% to +7% at 1000-8K (d = 128) and +4%
+# / +4% at 2K / 8K (d_qk = 192); over staged -4% to +3% (BF16 d = 128, exact P), so those stay staged.
+STORES = {("fp8e4m3", "lean"): "bulk"}
 
 
-def staged_store(dtype: str, p_mode: str) -> bool:
-    return (dtype, p_mode) not in DIRECT_STORE_KERNELS
+def epilogue_store(dtype: str, p_mode: str) -> str:
+    return STORES.get((dtype, p_mode), "staged")
 
 
-def shared_bytes(kernel: dict, staged: bool | None = None) -> int:
+def shared_bytes(kernel: dict, store: str | None = None) -> int:
     """A kernel's shared_bytes (static + dynamic) from its manifest fields, the layout of pipeline.cuh: a Q tile of
     128 rows in boxes of 128 bytes (d_qk = 192 in e4m3 takes two, the second half zeros), `stages` K and V tiles
-    (FP8: V^T), the staged epilogue's rows (`staged`: if not the measured choice, a measurement variant's), mbarriers
+    (FP8: V^T), the epilogue's rows (`store`: if not the measured choice, a measurement variant's), mbarriers
     (Q full/empty; per K/V slot K and V full/empty), alignment slack, and the system's reservation."""
-    if staged is None:
-        staged = staged_store(kernel["dtype"], kernel["p_mode"])
     element_bytes = 2 if kernel["dtype"] == "bf16" else 1
     q_bytes = -(-kernel["d_qk"] * element_bytes // BOX_ROW_BYTES) * TILE_M * BOX_ROW_BYTES
     v_bytes = kernel["d_v"] * element_bytes * TILE_N
-    staging = STAGING_BYTES if staged else 0
+    staging = STAGING_BYTES[store or epilogue_store(kernel["dtype"], kernel["p_mode"])]
     stages = kernel["stages"]
     return (q_bytes + stages * (q_bytes + v_bytes) + staging + (2 + 4 * stages) * BARRIER_BYTES + SWIZZLE_ALIGN
             + RESERVED_SHARED)
@@ -250,24 +252,24 @@ def probes_ring(kernel: dict) -> bool:
 
 
 _SCHEDULE_TYPES = {"pingpong": "PingPong", "independent": "Independent"}
+_STORE_TYPES = {"direct": "Store::kDirect", "staged": "Store::kStaged", "bulk": "Store::kBulk"}
 
 
 def _cxx_bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def config_header(kernel: dict, *, staged: bool | None = None, probe_ring: bool | None = None,
+def config_header(kernel: dict, *, store: str | None = None, probe_ring: bool | None = None,
                   code_test: bool | None = None) -> str:
     """kernel_config.cuh of one kernel: its symbol and zyfa::Config (config.cuh), from its manifest entry and the
     measured choices above. The keywords are choices a measurement variant makes differently
-    (asmgen/sm90a/experiments; default: DIRECT_STORE_KERNELS, probes_ring and the entry's code_test)."""
+    (asmgen/sm90a/experiments; default: STORES, probes_ring and the entry's code_test)."""
     fields = [
         ("int", "kDQk", kernel["d_qk"]),
         ("int", "kDV", kernel["d_v"]),
         ("int", "kStages", kernel["stages"]),
         ("float", "kTau", f"{float(kernel['rescale_threshold'])!r}f"),
-        ("bool", "kStagedStore", _cxx_bool(staged_store(kernel["dtype"], kernel["p_mode"]) if staged is None
-                                           else staged)),
+        ("Store", "kStore", _STORE_TYPES[store or epilogue_store(kernel["dtype"], kernel["p_mode"])]),
         ("bool", "kProbeRing", _cxx_bool(probes_ring(kernel) if probe_ring is None else probe_ring)),
         ("bool", "kCodeTest", _cxx_bool(kernel["code_test"] if code_test is None else code_test)),
     ]

@@ -10,7 +10,7 @@
 //     static constexpr int kStages;             // depth of the K/V ring
 //     static constexpr float kTau;              // rescale threshold of the lazy row maximum, base-2 units
 //     using Schedule = PingPong | Independent;  // how the two consumers issue their GEMMs
-//     static constexpr bool kStagedStore;       // O leaves through shared memory in 16-byte stores (epilogue.cuh)
+//     static constexpr Store kStore;            // how O leaves: direct, staged or by bulk copies (epilogue.cuh)
 //     static constexpr bool kProbeRing;         // the next step's K and V probed under the softmax (pipeline.cuh)
 //     static constexpr bool kCodeTest;          // after the first key tile, row maxima only when the packed P
 //                                               // shows one may have moved (softmax_bf16.cuh, softmax_fp8.cuh)
@@ -63,6 +63,10 @@ struct E4m3 {
   static constexpr int tile_bytes(int cols) { return (cols + kBoxCols - 1) / kBoxCols * kBoxBytes; }
   static constexpr int v_tile_bytes(int d_v) { return d_v * kAtomRowBytes; }  // V^T: d_v rows of 128 keys
 };
+
+// How the epilogue stores O (epilogue.cuh): from the accumulator in 4-byte stores, through shared memory in 16-byte
+// stores of whole 128-byte rows, or through shared memory by bulk copies of whole rows (the TMA engine).
+enum class Store { kDirect, kStaged, kBulk };
 
 // How the FP8 kernels write P (the manifest's p_mode, softmax_fp8.cuh).
 enum class PMode { kExact, kLean };

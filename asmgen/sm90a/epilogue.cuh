@@ -2,10 +2,13 @@
 // lse = ln2 (m - p_shift + log2 l), with log2 l = -log2(1/l) (one division per row; O * (1/l) is within an FP32
 // ulp of O / l). Rows past seqlen (the last tile's, which TMA read as zeros) are not stored.
 //
-// C::kStagedStore: the accumulator's layout gives a warp's 4-byte store 8 rows of 16 bytes, i.e. 8 L1 wavefronts
-// for 512 bytes. Staged, each warp passes its 16 rows through its own 2 KiB of shared memory, 64 columns at a time:
-// stmatrix writes the accumulator's 8x8 blocks in row order, each lane reads back 16 contiguous bytes, and each
-// 16-byte store of the warp writes 4 whole 128-byte rows (4 wavefronts for 512 bytes, a quarter of the stores).
+// C::kStore: the accumulator's layout gives a warp's 4-byte store (Store::kDirect) 8 rows of 16 bytes, i.e. 8 L1
+// wavefronts for 512 bytes. Store::kStaged: each warp passes its 16 rows through its own 2 KiB of shared memory, 64
+// columns at a time: stmatrix writes the accumulator's 8x8 blocks in row order, each lane reads back 16 contiguous
+// bytes, and each 16-byte store of the warp writes 4 whole 128-byte rows (4 wavefronts for 512 bytes, a quarter of
+// the stores). Store::kBulk: each warp writes its 16 whole rows into its staging the same way and hands each row to
+// the TMA engine as one bulk copy, so the stores leave the warp's instruction stream; the next query tile's epilogue
+// waits until the copies have read the staging, and the CTA until they are done (kernel.cuh).
 #pragma once
 
 #include "pipeline.cuh"
@@ -25,12 +28,12 @@ __device__ __forceinline__ uint32_t stage_chunk(uint32_t stage, int row, int chu
 
 // The rows of consumer warpgroup `consumer`'s warp `warp`, lane `lane`. `out_scale()` is a factor on O / l (the
 // FP8 kernels' v_descale, loaded here: a register fewer through the key loop). Each lane holds a quarter of its
-// rows' sums; the quad adds them. `stage`: this warp's staging (C::kStagedStore).
+// rows' sums; the quad adds them. `stage`: this warp's staging (Store::kStaged, Store::kBulk).
 template <class C, class Params, class OutScale>
 __device__ __forceinline__ void store_tile(const Params& p, const Job& job, int tile, int consumer, int warp, int lane,
                                            const float (&o)[64], const RowState& rows, OutScale&& out_scale,
                                            uint32_t stage) {
-  if constexpr (!C::kStagedStore) {
+  if constexpr (C::kStore == Store::kDirect) {
     const int row = tile * kTileM + consumer * kRowsPerConsumer + 16 * warp + lane / 4;
     const int head_row = job.batch * p.heads + job.head;
 #pragma unroll
@@ -48,7 +51,7 @@ __device__ __forceinline__ void store_tile(const Params& p, const Job& job, int 
       if (lane % 4 == 0)
         p.lse[static_cast<long long>(head_row) * p.seqlen + q] = kLn2 * (rows.m[h] - C::kPShift - log2f(inv_l));
     }
-  } else {
+  } else if constexpr (C::kStore == Store::kStaged) {
     const int warp_row = tile * kTileM + consumer * kRowsPerConsumer + 16 * warp;
     const int row = warp_row + lane / 4;
     const int head_row = job.batch * p.heads + job.head;
@@ -92,6 +95,44 @@ __device__ __forceinline__ void store_tile(const Params& p, const Job& job, int 
         const uint4 v = lds128(stage_chunk(stage, 4 * y + lane / 8, lane % 8));
         if (dst[y]) *reinterpret_cast<uint4*>(dst[y] + kStageCols * pass) = v;
       }
+    }
+  } else {
+    // The warp's 16 rows into its staging in row order (stmatrix), then lanes 0..15 each hand one whole row to the
+    // TMA engine (a 256-byte bulk copy) and the warp goes on; the next tile waits until the copies have read it.
+    static_assert(C::kDV * 2 == kBulkRowBytes, "bulk rows are 128 BF16 columns");
+    const int warp_row = tile * kTileM + consumer * kRowsPerConsumer + 16 * warp;
+    const int head_row = job.batch * p.heads + job.head;
+    float scale[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float inv_l = 1.0f / quad_sum(rows.l[h]);
+      scale[h] = inv_l * out_scale();
+      const int q = warp_row + lane / 4 + 8 * h;
+      if (q < p.seqlen && lane % 4 == 0)
+        p.lse[static_cast<long long>(head_row) * p.seqlen + q] = kLn2 * (rows.m[h] - C::kPShift - log2f(inv_l));
+    }
+    bulk_wait_read();
+    __syncwarp();  // the previous tile's copies have read the staging
+#pragma unroll
+    for (int x = 0; x < C::kDV / kChunkCols / 2; ++x) {
+      // stmatrix x4: matrix j (addresses from lanes 8j..8j+7) is row half j%2 of column block 2x + j/2
+      uint32_t m[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int h = j % 2, r = 4 * (2 * x + j / 2) + 2 * h;
+        m[j] = pack_bf16x2(o[r] * scale[h], o[r + 1] * scale[h]);
+      }
+      const int j = lane / 8;
+      stmatrix_x4(stage + (8 * (j % 2) + lane % 8) * kBulkRowPitch + kChunkBytes * (2 * x + j / 2), m[0], m[1], m[2],
+                  m[3]);
+    }
+    fence_proxy_async_shared();
+    __syncwarp();
+    const int q = warp_row + lane;
+    if (lane < 16 && q < p.seqlen) {
+      bulk_store(p.out + job.batch * p.out_stride_b + q * p.out_stride_s + job.head * p.out_stride_h,
+                 stage + lane * kBulkRowPitch, kBulkRowBytes);
+      bulk_commit();
     }
   }
 }

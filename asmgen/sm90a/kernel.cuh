@@ -47,6 +47,8 @@ __device__ void attention_fwd(const TensorMap* tq, const TensorMap* tk, const Te
   } else {
     regs_claim<kConsumerRegs>();
     consume<C>(smem, bars, p, warpgroup - 1);
+    // the last tile's rows stored before the CTA's shared memory goes
+    if constexpr (C::kStore == Store::kBulk) bulk_wait();
   }
 }
 

@@ -10,11 +10,14 @@
 
 namespace zyfa {
 
-// The staged epilogue (C::kStagedStore, epilogue.cuh): each consumer warp's 16 rows of one pass of 64 BF16 output
-// columns (a 128-byte row), 2 KiB per warp.
+// The epilogue's staging per consumer warp (epilogue.cuh). Store::kStaged: its 16 rows of one pass of 64 BF16 output
+// columns (a 128-byte row), 2 KiB. Store::kBulk: its 16 whole rows (d_v = 128 BF16 columns, 256 bytes), pitched 272
+// bytes apart so that the 8 rows of an 8x8 stmatrix block fall in distinct banks, 4.25 KiB.
 constexpr int kStageCols = 64;
 constexpr int kStageBytes = 16 * kAtomRowBytes;
-constexpr int kStagingBytes = kConsumerWarps * kStageBytes;
+constexpr int kBulkRowBytes = 256;
+constexpr int kBulkRowPitch = kBulkRowBytes + 16;
+constexpr int kBulkStageBytes = 16 * kBulkRowPitch;
 
 template <class C>
 struct SharedLayout {
@@ -25,8 +28,10 @@ struct SharedLayout {
   static constexpr int kQ = 0;
   static constexpr int kK = kQ + kQBytes;
   static constexpr int kV = kK + C::kStages * kKBytes;
-  static constexpr int kStaging = kV + C::kStages * kVBytes;  // the staged epilogue's, if any
-  static constexpr int kBarriers = kStaging + (C::kStagedStore ? kStagingBytes : 0);
+  static constexpr int kStaging = kV + C::kStages * kVBytes;  // the epilogue's, if any
+  static constexpr int kWarpStagingBytes =
+      C::kStore == Store::kBulk ? kBulkStageBytes : C::kStore == Store::kStaged ? kStageBytes : 0;
+  static constexpr int kBarriers = kStaging + kConsumerWarps * kWarpStagingBytes;
   static constexpr int kNumBarriers = 2 + 4 * C::kStages;  // q_full, q_empty, then per slot K and V full and empty
   static constexpr int kBytes = kBarriers + kNumBarriers * 8;
 };
@@ -87,9 +92,9 @@ struct ConsumerRing {
   int lane;
   __device__ uint32_t k_tile(const RingPos<C::kStages>& at) const { return base + L::kK + at.slot * L::kKBytes; }
   __device__ uint32_t v_tile(const RingPos<C::kStages>& at) const { return base + L::kV + at.slot * L::kVBytes; }
-  // The staged epilogue's rows of consumer warpgroup `consumer`'s warp `warp` (C::kStagedStore).
+  // The epilogue's staging of consumer warpgroup `consumer`'s warp `warp` (Store::kStaged, Store::kBulk).
   __device__ uint32_t staging(int consumer, int warp) const {
-    return base + L::kStaging + (consumer * kThreadsPerWarpgroup / 32 + warp) * kStageBytes;
+    return base + L::kStaging + (consumer * kThreadsPerWarpgroup / 32 + warp) * L::kWarpStagingBytes;
   }
   __device__ void release(uint32_t bar) const {
     __syncwarp();

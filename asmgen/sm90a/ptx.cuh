@@ -226,6 +226,23 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   return v;
 }
 
+// Bulk copies from shared to global memory (the TMA engine, no tensor map): `bytes` (a multiple of 16, both addresses
+// 16-byte aligned) in the calling thread's current bulk group. The shared-memory writes before them must be made
+// visible to the async proxy first (fence_proxy_async_shared).
+__device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Until this thread's bulk groups have read their shared memory (it may be written again)...
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// ... or have completed.
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// Orders this thread's shared-memory writes before later reads by the async proxy (TMA, wgmma).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // ---- arithmetic -------------------------------------------------------------------------------------------------
 
 __device__ __forceinline__ float ex2(float x) {

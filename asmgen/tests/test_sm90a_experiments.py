@@ -38,17 +38,24 @@ def test_the_kept_patches_apply_to_the_current_sources():
         assert result.returncode == 0, f"{patch.name}: {result.stderr}"
 
 
-def test_epilogue_variants_take_the_other_store(tmp_path):
-    # direct for the kernels that ship staged, staged for those that ship direct (DIRECT_STORE_KERNELS)
-    entries = experiments.build_variants(tmp_path, ["direct", "staged"])
-    assert {e["name"] for e in entries} == {
-        f"{k['name']}_{'direct' if sm90a.staged_store(k['dtype'], k['p_mode']) else 'staged'}" for k in sm90a.KERNELS}
+def test_epilogue_variants_take_another_store(tmp_path):
+    # each store form (STORES) a kernel does not ship and whose staging fits its shared memory
+    forms = {"direct": "direct", "staged": "staged", "bulk_store": "bulk"}
+    entries = experiments.build_variants(tmp_path, list(forms))
+    shipped = {k["name"]: sm90a.epilogue_store(k["dtype"], k["p_mode"]) for k in sm90a.KERNELS}
+    expected = {f"{k['name']}_{suffix}" for k in sm90a.KERNELS for suffix, form in forms.items()
+                if k["p_mode"] in experiments.VARIANTS[k["dtype"]].get(suffix, ({}, {}, ()))[2]
+                and form != shipped[k["name"]] and sm90a.shared_bytes(k, form) <= sm90a.MAX_SHARED}
+    assert {e["name"] for e in entries} == expected
+    assert "sm90a_fwd_bf16_d192_128_pingpong_bulk_store" not in expected  # its staging does not fit
     for entry in entries:
-        staged = entry["name"].endswith("_staged")
+        form = next(form for suffix, form in forms.items() if entry["name"].endswith(f"_{suffix}"))
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
-        assert entry["shared_bytes"] == sm90a.shared_bytes(entry, staged) <= sm90a.MAX_SHARED
+        assert entry["shared_bytes"] == sm90a.shared_bytes(entry, form) <= sm90a.MAX_SHARED
         code = sass.instructions(tmp_path / entry["file"])
-        assert (sum("STSM.16.M88.4" in c for c in code) == 8) == staged
+        assert (sum("STSM.16.M88.4" in c for c in code) == 8) == (form != "direct")
+        assert any("UBLKCP.G.S" in c for c in code) == (form == "bulk")
+        assert any("LDS.128" in c for c in code) == (form == "staged")
 
 
 def test_the_transpose_v_smem_patch_builds_fp8_variants_that_read_v_as_stored(tmp_path):
@@ -64,8 +71,9 @@ def test_the_transpose_v_smem_patch_builds_fp8_variants_that_read_v_as_stored(tm
         assert not entry["v_transposed"] and entry["args"][2]["name"] == "v"
         assert entry["resources"]["local_bytes"] == 0 and entry["shared_bytes"] <= sm90a.MAX_SHARED
         code = sass.instructions(tmp_path / entry["file"])
-        # the loop over a key group's four pairs of dim chunks is unrolled by two (the staged epilogue adds 8 STSM)
-        staging = 8 if sm90a.staged_store(entry["dtype"], entry["p_mode"]) else 0
+        # the loop over a key group's four pairs of dim chunks is unrolled by two (the staged and bulk epilogues
+        # add 8 STSM)
+        staging = 8 if sm90a.epilogue_store(entry["dtype"], entry["p_mode"]) != "direct" else 0
         assert sum("LDSM.16.MT88.4" in c for c in code) == 2 and sum("STSM.16.M88.4" in c for c in code) == 2 + staging
 
 
@@ -187,20 +195,6 @@ def test_the_trio_patch_builds_three_consumer_fp8_variants_whose_key_loop_keeps_
         key_loop = min(loops, key=len)
         assert sum("QGMMA" in c for c in key_loop) == step_gemms
         assert not any(sass.LOCAL_MEMORY.search(c) for c in key_loop)
-
-
-def test_the_bulk_store_patch_hands_whole_output_rows_to_the_tma_engine(tmp_path):
-    entries = experiments.build_patched(tmp_path, "bulk_store.patch", ["bulk_store"])
-    # every kernel whose shared memory holds the larger staging: BF16 d_qk = 192 does not
-    fitting = {k["name"] for k in sm90a.KERNELS if not (k["dtype"] == "bf16" and k["d_qk"] == 192)}
-    assert {e["name"] for e in entries} == {f"{name}_bulk_store" for name in fitting}
-    for entry in entries:
-        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
-        assert entry["shared_bytes"] <= sm90a.MAX_SHARED
-        code = sass.instructions(tmp_path / entry["file"])
-        # one pass of stmatrix over the 128 columns, the rows out by bulk copy, nothing read back from the staging
-        assert sum("STSM.16.M88.4" in c for c in code) == 8 and any("UBLKCP.G.S" in c for c in code)
-        assert not any("LDS.128" in c for c in code)
 
 
 def test_each_microbenchmark_loop_holds_the_instructions_it_measures(tmp_path):

@@ -64,19 +64,25 @@ def test_broadcast_index_puts_the_descriptors_in_uniform_registers():
         # but for the BF16 code-test kernels, whose second P set leaves ptxas no uniform registers for them: it
         # converts the descriptors before each wgmma as without the broadcast (as measured, docs/sm90a.md)
         uniform = not (entry["dtype"] == "bf16" and entry["code_test"])
-        assert (count(code, "R2UR") < gemms) == uniform, entry["name"]
+        # (the bulk-copy epilogue's loop over the lanes' row addresses, R2UR with a predicate result, aside)
+        descriptor_moves = sum("R2UR" in c and not re.search(r"R2UR(\.OR)? P\d", c) for c in code)
+        assert (descriptor_moves < gemms) == uniform, entry["name"]
 
 
-def test_staged_epilogues_store_o_in_whole_rows():
+def test_each_epilogue_stores_o_in_its_form():
     # staged: per warp 16 rows x 128 columns through stmatrix (four 8x8 blocks per instruction), read back and
-    # stored 16 bytes per lane; the two 4-byte stores left are the log-sum-exp's rows. Direct: 32 4-byte stores of O
+    # stored 16 bytes per lane; bulk: the same stmatrix, nothing read back, the rows out by bulk copies; the two
+    # 4-byte stores left are the log-sum-exp's rows. Direct: 32 4-byte stores of O
+    expected = {"staged": (8, 8, 2, False), "bulk": (8, 0, 2, True), "direct": (0, 0, 34, False)}
     for entry in sm90a.KERNELS:
-        staged = sm90a.staged_store(entry["dtype"], entry["p_mode"])
-        assert config_of(entry)["kStagedStore"] == ("true" if staged else "false")
+        form = sm90a.epilogue_store(entry["dtype"], entry["p_mode"])
+        assert config_of(entry)["kStore"] == {"staged": "Store::kStaged", "bulk": "Store::kBulk",
+                                              "direct": "Store::kDirect"}[form]
         code = sass.instructions(sass.OBJECTS / entry["file"])
-        stores = (count(code, "STSM.16.M88.4"), count(code, "STG.E.128"), count(code, "STG.E "))
-        assert stores == ((8, 8, 2) if staged else (0, 0, 34)), entry["name"]
-    assert {(k["dtype"], k["p_mode"]) for k in sm90a.KERNELS} > sm90a.DIRECT_STORE_KERNELS
+        stores = (count(code, "STSM.16.M88.4"), count(code, "STG.E.128"), count(code, "STG.E "),
+                  count(code, "UBLKCP.G.S") > 0)
+        assert stores == expected[form], entry["name"]
+    assert {sm90a.epilogue_store(k["dtype"], k["p_mode"]) for k in sm90a.KERNELS} == {"staged", "bulk"}
 
 
 def test_report_shows_where_the_shipped_kernels_softmax_runs():

@@ -17,13 +17,12 @@ measured slower; k_ahead.patch: the producer loads K a key tile ahead of V, and 
 P V issued with the next tile's first QK^T, both measured level or mixed; epilogue_under_qk.patch: a query tile's
 epilogue under the next tile's first QK^T, measured slower but for the BF16 ping-pong kernels; halves.patch: FA3's
 overlap with 64-key tiles, prepared, it spills; trio.patch: three FP8 consumer warpgroups of 160 registers with
-their GEMMs serialised through one accumulator, measured slower up to 16K and +1% to +2% at 32K; bulk_store.patch:
-the epilogue's rows handed to the TMA engine as bulk copies, prepared), the FMA-pipe exponential the BF16 kernels
-measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks), and microbenchmarks of the FP8
-softmax's pipes and of its step alone, and the tensor pipe's rate under the kernels' GEMMs (pipes.cu,
-softmax_alone.cu, gemm_ceiling.cu: `python -m asmgen.sm90a.experiments.microbench`).
---patch builds a patch's variants in a copy of the generator with the patch applied, the working tree left as it
-is; variants built from differently patched trees into one DIR share its manifest.
+their GEMMs serialised through one accumulator, measured slower up to 16K and +1% to +2% at 32K), the FMA-pipe
+exponential the BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks), and
+microbenchmarks of the FP8 softmax's pipes and of its step alone, and the tensor pipe's rate under the kernels'
+GEMMs (pipes.cu, softmax_alone.cu, gemm_ceiling.cu: `python -m asmgen.sm90a.experiments.microbench`). --patch builds
+a patch's variants in a copy of the generator with the patch applied, the working tree left as it is; variants built
+from differently patched trees into one DIR share its manifest.
 """
 
 from __future__ import annotations
@@ -51,8 +50,10 @@ BF16_VARIANTS = {
     "stages3": ({"stages": STAGES + 1}, {}, ("bf16",)),  # a third K/V ring slot (fits at d = 128 only)
     # the consumers issuing independently, not in ping-pong turns: the same arithmetic, bitwise the same results
     "independent": ({"schedule": "independent", "same_results_as_shipped": True}, {}, ("bf16",)),
-    # O stored straight from the accumulator in 4-byte stores, not staged: bitwise the same results
-    "direct": ({"same_results_as_shipped": True}, {"staged": False}, ("bf16",)),
+    # O stored straight from the accumulator in 4-byte stores, or by bulk copies, not staged (STORES): bitwise the
+    # same results
+    "direct": ({"same_results_as_shipped": True}, {"store": "direct"}, ("bf16",)),
+    "bulk_store": ({"same_results_as_shipped": True}, {"store": "bulk"}, ("bf16",)),
     # the next step's K and V probed under the softmax (kProbeRing): bitwise the same results
     "probe": ({"same_results_as_shipped": True}, {"probe_ring": True}, ("bf16",)),
     # the moved-maximum test on the packed P (kCodeTest) where the shipped kernel has none, and the row maxima of
@@ -68,9 +69,10 @@ FP8_VARIANTS = {
     # the same results
     "pingpong": ({"schedule": "pingpong", "same_results_as_shipped": True}, {}, ("exact",)),
     "independent": ({"schedule": "independent", "same_results_as_shipped": True}, {}, ("lean",)),
-    # the epilogue the other p_mode ships (DIRECT_STORE_KERNELS): bitwise the same results
-    "direct": ({"same_results_as_shipped": True}, {"staged": False}, ("exact",)),
-    "staged": ({"same_results_as_shipped": True}, {"staged": True}, ("lean",)),
+    # another epilogue than the shipped one (STORES): bitwise the same results
+    "direct": ({"same_results_as_shipped": True}, {"store": "direct"}, ("exact", "lean")),
+    "staged": ({"same_results_as_shipped": True}, {"store": "staged"}, ("lean",)),
+    "bulk_store": ({"same_results_as_shipped": True}, {"store": "bulk"}, ("exact",)),
     "no_probe": ({"same_results_as_shipped": True}, {"probe_ring": False}, ("exact", "lean")),
     # the row maxima of every tile, not the moved-maximum test on P's codes (kCodeTest): bitwise the same results
     "no_code_test": ({"same_results_as_shipped": True}, {"code_test": False}, ("exact", "lean")),
@@ -95,7 +97,7 @@ def build_variants(folder: Path, names=None, dtypes=None) -> list[dict]:
                 continue
             entry = {**kernel, **changes, "name": f"{kernel['name']}_{suffix}",
                      "file": f"{kernel['name']}_{suffix}.cubin"}
-            entry["shared_bytes"] = shared_bytes(entry, flags.get("staged"))
+            entry["shared_bytes"] = shared_bytes(entry, flags.get("store"))
             if entry["shared_bytes"] > MAX_SHARED or \
                     config_header({**entry, "name": kernel["name"]}, **flags) == config_header(kernel):
                 continue
