@@ -32,9 +32,9 @@ STAGES = 2  # depth of the K/V shared-memory ring (one Q buffer: a second measur
 BOX_ROW_BYTES = 128  # a TMA box's row: the 128-byte swizzle's width (64 BF16 or 128 e4m3 columns)
 SWIZZLE_ALIGN = 1024  # boxes start on the 128-byte swizzle's 1024-byte period; the launch adds that much slack
 BARRIER_BYTES = 8
-# The epilogue's shared memory per store form (pipeline.cuh): per consumer warp 16 rows of 128 bytes (staged), or of
-# 256 bytes pitched 272 apart (bulk)
-STAGING_BYTES = {"direct": 0, "staged": 8 * 16 * BOX_ROW_BYTES, "bulk": 8 * 16 * 272}
+# The epilogue's shared memory per query row of the tile, by store form (pipeline.cuh): a 128-byte row of one pass of
+# 64 columns (staged), or the whole 256-byte row pitched 272 bytes apart (bulk)
+STAGING_ROW_BYTES = {"direct": 0, "staged": BOX_ROW_BYTES, "bulk": 272}
 
 # Ordered kernel parameters; "tmap" = CUtensorMap by value. Strides are in elements. Offsets are added below.
 _PARAMS = [
@@ -109,7 +109,7 @@ def shared_bytes(kernel: dict, store: str | None = None) -> int:
     element_bytes = 2 if kernel["dtype"] == "bf16" else 1
     q_bytes = -(-kernel["d_qk"] * element_bytes // BOX_ROW_BYTES) * TILE_M * BOX_ROW_BYTES
     v_bytes = kernel["d_v"] * element_bytes * TILE_N
-    staging = STAGING_BYTES[store or epilogue_store(kernel["dtype"], kernel["p_mode"])]
+    staging = TILE_M * STAGING_ROW_BYTES[store or epilogue_store(kernel["dtype"], kernel["p_mode"])]
     stages = kernel["stages"]
     return (q_bytes + stages * (q_bytes + v_bytes) + staging + (2 + 4 * stages) * BARRIER_BYTES + SWIZZLE_ALIGN
             + RESERVED_SHARED)

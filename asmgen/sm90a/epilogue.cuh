@@ -26,6 +26,38 @@ __device__ __forceinline__ uint32_t stage_chunk(uint32_t stage, int row, int chu
   return stage + row * kAtomRowBytes + kChunkBytes * (chunk ^ (row % 8));
 }
 
+// This thread's two rows' factors on O (1 / l times `out_scale()`) into `scale`, and their log-sum-exp into lse;
+// rows past seqlen are not stored. `warp_row`: the first of the warp's 16 rows in the sequence.
+template <class C, class Params, class OutScale>
+__device__ __forceinline__ void finish_rows(const Params& p, const Job& job, int warp_row, int lane,
+                                            const RowState& rows, OutScale&& out_scale, float (&scale)[2]) {
+  const int head_row = job.batch * p.heads + job.head;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float inv_l = 1.0f / quad_sum(rows.l[h]);
+    scale[h] = inv_l * out_scale();
+    const int q = warp_row + lane / 4 + 8 * h;
+    if (q < p.seqlen && lane % 4 == 0)
+      p.lse[static_cast<long long>(head_row) * p.seqlen + q] = kLn2 * (rows.m[h] - C::kPShift - log2f(inv_l));
+  }
+}
+
+// stmatrix x4 of the warp's 16 rows, column blocks c and c + 1 (8 columns each) of O, scaled and packed to BF16:
+// matrix j (addresses from lanes 8j..8j+7) is row half j%2 of block c + j/2. `at(row, block)`: the staging address
+// of a row's 16-byte chunk of a block, for the row and block this lane addresses.
+template <class At>
+__device__ __forceinline__ void stage_block_pair(const float (&o)[64], const float (&scale)[2], int c, int lane,
+                                                 At&& at) {
+  uint32_t m[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int h = j % 2, r = 4 * (c + j / 2) + 2 * h;
+    m[j] = pack_bf16x2(o[r] * scale[h], o[r + 1] * scale[h]);
+  }
+  const int j = lane / 8;
+  stmatrix_x4(at(8 * (j % 2) + lane % 8, j / 2), m[0], m[1], m[2], m[3]);
+}
+
 // The rows of consumer warpgroup `consumer`'s warp `warp`, lane `lane`. `out_scale()` is a factor on O / l (the
 // FP8 kernels' v_descale, loaded here: a register fewer through the key loop). Each lane holds a quarter of its
 // rows' sums; the quad adds them. `stage`: this warp's staging (Store::kStaged, Store::kBulk).
@@ -53,18 +85,9 @@ __device__ __forceinline__ void store_tile(const Params& p, const Job& job, int 
     }
   } else if constexpr (C::kStore == Store::kStaged) {
     const int warp_row = tile * kTileM + consumer * kRowsPerConsumer + 16 * warp;
-    const int row = warp_row + lane / 4;
-    const int head_row = job.batch * p.heads + job.head;
     uint16_t* const out = p.out + job.batch * p.out_stride_b + job.head * p.out_stride_h;
     float scale[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float inv_l = 1.0f / quad_sum(rows.l[h]);
-      scale[h] = inv_l * out_scale();
-      const int q = row + 8 * h;
-      if (q < p.seqlen && lane % 4 == 0)
-        p.lse[static_cast<long long>(head_row) * p.seqlen + q] = kLn2 * (rows.m[h] - C::kPShift - log2f(inv_l));
-    }
+    finish_rows<C>(p, job, warp_row, lane, rows, out_scale, scale);
     static_assert(C::kDV % kStageCols == 0, "the staged epilogue writes passes of 64 columns");
     constexpr int kReads = 16 * kAtomRowBytes / (32 * kChunkBytes);  // 16-byte reads per lane and pass
     // Lane l reads back chunk l%8 of rows 4y + l/8 of the warp's 16.
@@ -79,15 +102,8 @@ __device__ __forceinline__ void store_tile(const Params& p, const Job& job, int 
       __syncwarp();  // the previous pass's (or query tile's) reads of the staging are done
 #pragma unroll
       for (int x = 0; x < kStageCols / kChunkCols / 2; ++x) {
-        // stmatrix x4: matrix j (addresses from lanes 8j..8j+7) is row half j%2 of column block 8 pass + 2x + j/2
-        uint32_t m[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int h = j % 2, r = 4 * (kStageCols / kChunkCols * pass + 2 * x + j / 2) + 2 * h;
-          m[j] = pack_bf16x2(o[r] * scale[h], o[r + 1] * scale[h]);
-        }
-        const int j = lane / 8;
-        stmatrix_x4(stage_chunk(stage, 8 * (j % 2) + lane % 8, 2 * x + j / 2), m[0], m[1], m[2], m[3]);
+        stage_block_pair(o, scale, kStageCols / kChunkCols * pass + 2 * x, lane,
+                         [&](int row, int block) { return stage_chunk(stage, row, 2 * x + block); });
       }
       __syncwarp();  // the warp's blocks are in the staging
 #pragma unroll
@@ -101,30 +117,14 @@ __device__ __forceinline__ void store_tile(const Params& p, const Job& job, int 
     // TMA engine (a 256-byte bulk copy) and the warp goes on; the next tile waits until the copies have read it.
     static_assert(C::kDV * 2 == kBulkRowBytes, "bulk rows are 128 BF16 columns");
     const int warp_row = tile * kTileM + consumer * kRowsPerConsumer + 16 * warp;
-    const int head_row = job.batch * p.heads + job.head;
     float scale[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float inv_l = 1.0f / quad_sum(rows.l[h]);
-      scale[h] = inv_l * out_scale();
-      const int q = warp_row + lane / 4 + 8 * h;
-      if (q < p.seqlen && lane % 4 == 0)
-        p.lse[static_cast<long long>(head_row) * p.seqlen + q] = kLn2 * (rows.m[h] - C::kPShift - log2f(inv_l));
-    }
+    finish_rows<C>(p, job, warp_row, lane, rows, out_scale, scale);
     bulk_wait_read();
     __syncwarp();  // the previous tile's copies have read the staging
 #pragma unroll
     for (int x = 0; x < C::kDV / kChunkCols / 2; ++x) {
-      // stmatrix x4: matrix j (addresses from lanes 8j..8j+7) is row half j%2 of column block 2x + j/2
-      uint32_t m[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int h = j % 2, r = 4 * (2 * x + j / 2) + 2 * h;
-        m[j] = pack_bf16x2(o[r] * scale[h], o[r + 1] * scale[h]);
-      }
-      const int j = lane / 8;
-      stmatrix_x4(stage + (8 * (j % 2) + lane % 8) * kBulkRowPitch + kChunkBytes * (2 * x + j / 2), m[0], m[1], m[2],
-                  m[3]);
+      stage_block_pair(o, scale, 2 * x, lane,
+                       [&](int row, int block) { return stage + row * kBulkRowPitch + kChunkBytes * (2 * x + block); });
     }
     fence_proxy_async_shared();
     __syncwarp();
