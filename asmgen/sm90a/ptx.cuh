@@ -274,6 +274,14 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float b0, float b1, float b2, fl
   return r;
 }
 
+// The per-half maximum of two registers, each two unsigned 16-bit integers (ptxas joins two of them into one
+// three-input VIMNMX3.U16x2).
+__device__ __forceinline__ uint32_t max_u16x2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
 // The four e4m3 bytes of `x` as two f16x2 registers (exact: every e4m3 value is an f16 value); bytes 0, 1 in `lo`.
 __device__ __forceinline__ void unpack_e4m3x4(uint32_t x, uint32_t& lo, uint32_t& hi) {
   asm("{\n"

@@ -38,10 +38,12 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float
 
 // The moved-maximum test on the packed P (C::kCodeTest, as the FP8 kernels' on their codes): P written against m as
 // it stands is the tile's P unless a row maximum moves by more than tau, and then some p = 2^(x - m) exceeds 2^tau,
-// so its BF16 value is at least bf16(2^tau) (rounding is monotonic). Adding 0x8000 - bf16(2^tau) to each 16-bit half
-// sets the half's top bit exactly for the values from bf16(2^tau) on (P >= 0: no carry leaves a half, up to the NaN
-// 0x7fc0). Quiet below: x - m <= tau - 0.004 (the BF16 value below bf16(2^tau) and its rounding interval), far above
-// the roundings of x - m while |m| < 2^10; past that, and for the first key tile, the warp takes the row maxima.
+// so its BF16 value is at least bf16(2^tau) (rounding is monotonic). P >= 0, so its BF16 bit patterns order as
+// unsigned 16-bit integers: the halves' maximum (a three-input max over 16-bit pairs, VIMNMX3.U16x2: 16 instructions
+// for a tile's 32 registers, an add and an OR each before) plus 0x8000 - bf16(2^tau) has a half's top bit set exactly
+// when some value is bf16(2^tau) or more (no carry leaves a half, up to the NaN 0x7fff). Quiet below: x - m <= tau -
+// 0.004 (the BF16 value below bf16(2^tau) and its rounding interval), far above the roundings of x - m while |m| <
+// 2^10; past that, and for the first key tile, the warp takes the row maxima.
 template <class C>
 __host__ __device__ constexpr uint32_t bf16_of_exp2_tau() {
   static_assert(C::kTau == 0.5f || C::kTau == 8.0f, "kCodeTest: bf16(2^tau) is tabulated for tau 0.5 and 8");
@@ -57,7 +59,6 @@ __device__ __forceinline__ bool codes_may_have_moved(const float (&s)[64], RowSt
                                                      uint32_t (&pf)[32]) {
   constexpr uint32_t kBias = (0x8000u - bf16_of_exp2_tau<C>()) * 0x10001u;
   float l[2] = {st.l[0], st.l[1]};
-  uint32_t tops = 0;
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     const int h = acc_half(2 * i);
@@ -66,9 +67,11 @@ __device__ __forceinline__ bool codes_may_have_moved(const float (&s)[64], RowSt
     l[h] += p0;
     l[h] += p1;
     pf[i] = pack_bf16x2(p0, p1);
-    tops |= pf[i] + kBias;
   }
-  const bool moved = warp_may_have_moved(tops, kHalfTops, st, kCodeTestMaxMBf16);
+  uint32_t top = pf[0];  // the largest P of each half
+#pragma unroll
+  for (int i = 1; i < 32; ++i) top = max_u16x2(top, pf[i]);
+  const bool moved = warp_may_have_moved(top + kBias, kHalfTops, st, kCodeTestMaxMBf16);
   if (!moved) {
     st.l[0] = l[0];
     st.l[1] = l[1];

@@ -116,8 +116,9 @@ def test_shipped_kernels_use_no_local_memory():
 
 def test_the_bf16_moved_maximum_test_misses_no_move():
     """The BF16 moved-maximum test (softmax_bf16.cuh, kCodeTest), emulated: P = bf16(fp32(2^fp32(c s - m))) against
-    m as it stands, 0x8000 - bf16(2^tau) added to each half; its top bit is set for every row whose maximum the model
-    moves (x_max > m + tau in FP32) at both BF16 taus, and for none while x - m stays 0.005 below tau."""
+    m as it stands, the halves' unsigned maximum plus 0x8000 - bf16(2^tau); its top bit is set for every row whose
+    maximum the model moves (x_max > m + tau in FP32) at both BF16 taus, and for none while x - m stays 0.005 below
+    tau."""
     text = (sm90a.SOURCE_DIR / "softmax_bf16.cuh").read_text()
     low, high = (int(x, 16) for x in re.search(r"return C::kTau == 0\.5f \? (0x[0-9a-f]+)u : (0x[0-9a-f]+)u;",
                                                   text).groups())
@@ -132,7 +133,20 @@ def test_the_bf16_moved_maximum_test_misses_no_move():
         y = (s.astype(np.float64) * c - m[:, None]).astype(np.float32)  # one FMA
         p = torch.from_numpy(np.exp2(y.astype(np.float64)).astype(np.float32)).bfloat16()
         halves = p.view(torch.int16).numpy().astype(np.int64) & 0xFFFF
-        fires = (((halves + 0x8000 - threshold) & 0x8000) != 0).any(axis=1)
+        fires = ((halves.max(axis=1) + 0x8000 - threshold) & 0x8000) != 0
         assert moved.any() and (~moved).any()
         assert fires[moved].all()
         assert not fires[x_max - m < tau - 0.005].any()
+
+
+def test_the_bf16_moved_maximum_test_adds_once_after_the_maxima():
+    # per test: the 32 P registers' per-half maxima in 15 three-input VIMNMX3.U16x2 and one two-input VIMNMX, then
+    # one add of 0x8000 - bf16(2^tau) per half (tau 0.5: 0x404b404b; tau 8: 0x3c803c80), not an add and an OR each
+    for entry in sm90a.BF16_KERNELS:
+        code = sass.instructions(sass.OBJECTS / entry["file"])
+        tests = sum("0x404b404b" in c or "0x3c803c80" in c for c in code)
+        if not entry["code_test"]:
+            assert tests == count(code, "VIMNMX3.U16x2") == 0, entry["name"]
+            continue
+        assert tests == 5, entry["name"]  # two steps per loop trip and three tail forms
+        assert count(code, "VIMNMX3.U16x2") == 15 * tests and count(code, "VIMNMX.U16x2") == tests, entry["name"]
