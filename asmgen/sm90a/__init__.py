@@ -120,15 +120,16 @@ def shared_bytes(kernel: dict, store: str | None = None) -> int:
 SCHEDULES = ("pingpong", "independent")
 # The BF16 kernels of each d_qk in order of S: (schedule, with the moved-maximum test (kCodeTest), the S from which it
 # serves); each serves up to the next one's first S (the entries' seqlen_min / seqlen_max, which dispatch reads).
-# Measured on the H200 (docs/sm90a.md): d = 128, ping-pong is 2-6% ahead of the independent kernel at S = 1000 and
-# 2-4% behind from 2K, level with the code-test kernel at 1000; the code-test kernel with the ring probe
-# (PROBE_RING_CODE_TEST_D_QK) over the independent one in three runs -2.5% to +6.9% at 2K (mean +2.8%), 0 to +5% at
-# 3000, +4% to +10% at 4K ("The epilogue under the next QK^T and the d = 128 ranges"), so no d = 128 independent
-# BF16 kernel is built. d_qk = 192: ping-pong ahead at 1000 (4%); from 2K the code-test kernel, +1.4% to +6.9% over
-# the independent one at 4K in three runs ("The hand-off and the BF16 ranges") and, since its moved-maximum test takes
-# the halves' maximum ("The moved-maximum test by maxima"), +1.7% to +12% over ping-pong at 2K-3000 in two runs.
+# Measured on the H200 (docs/sm90a.md): d = 128, ping-pong 2-6% ahead of the independent kernel at S = 1000 and
+# 2-4% behind from 2K; the code-test kernel with the ring probe (PROBE_RING_CODE_TEST_D_QK) over the independent one
+# in three runs -2.5% to +6.9% at 2K (mean +2.8%), 0 to +5% at 3000, +4% to +10% at 4K ("The epilogue under the next
+# QK^T and the d = 128 ranges"), so no d = 128 independent BF16 kernel is built; level with ping-pong at 1000 until
+# its moved-maximum test took the halves' maximum, +1.7% / +2.6% over it there since ("The moved-maximum test by
+# maxima"). d_qk = 192: ping-pong ahead at 1000 (+0.7% / +4.4%); from 2K the code-test kernel, +1.4% to +6.9% over
+# the independent one at 4K in three runs ("The hand-off and the BF16 ranges") and, with the maxima, +1.7% to +12% over
+# ping-pong at 2K-3000 in three runs.
 BF16_SERVES_FROM = {
-    128: (("pingpong", False, 0), ("pingpong", True, 2048)),
+    128: (("pingpong", False, 0), ("pingpong", True, 1000)),
     192: (("pingpong", False, 0), ("pingpong", True, 2048)),
 }
 
