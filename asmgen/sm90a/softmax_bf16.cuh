@@ -39,11 +39,11 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], RowState& st, float
 // The moved-maximum test on the packed P (C::kCodeTest, as the FP8 kernels' on their codes): P written against m as
 // it stands is the tile's P unless a row maximum moves by more than tau, and then some p = 2^(x - m) exceeds 2^tau,
 // so its BF16 value is at least bf16(2^tau) (rounding is monotonic). P >= 0, so its BF16 bit patterns order as
-// unsigned 16-bit integers: the halves' maximum (a three-input max over 16-bit pairs, VIMNMX3.U16x2: 16 instructions
-// for a tile's 32 registers, an add and an OR each before) plus 0x8000 - bf16(2^tau) has a half's top bit set exactly
-// when some value is bf16(2^tau) or more (no carry leaves a half, up to the NaN 0x7fff). Quiet below: x - m <= tau -
-// 0.004 (the BF16 value below bf16(2^tau) and its rounding interval), far above the roundings of x - m while |m| <
-// 2^10; past that, and for the first key tile, the warp takes the row maxima.
+// unsigned 16-bit integers: the halves' maximum over the tile's 32 registers (16 instructions, VIMNMX3.U16x2 taking
+// three; an add and an OR per register took 50) plus 0x8000 - bf16(2^tau) has a half's top bit set exactly when some
+// value is bf16(2^tau) or more (no carry leaves a half, up to the NaN 0x7fff). Quiet below: x - m <= tau - 0.004 (the
+// BF16 value below bf16(2^tau) and its rounding interval), far above the roundings of x - m while |m| < 2^10; past
+// that, and for the first key tile, the warp takes the row maxima.
 template <class C>
 __host__ __device__ constexpr uint32_t bf16_of_exp2_tau() {
   static_assert(C::kTau == 0.5f || C::kTau == 8.0f, "kCodeTest: bf16(2^tau) is tabulated for tau 0.5 and 8");
