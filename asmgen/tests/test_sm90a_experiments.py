@@ -212,3 +212,19 @@ def test_each_microbenchmark_loop_holds_the_instructions_it_measures(tmp_path):
     # and the check can fail: a claim that a loop does not hold is reported by kernel
     problems = microbench.check(tmp_path / "pipes.cubin", {"pipe_ex2": {"FMNMX": 8}, "pipe_missing": {}})
     assert [p.split(":")[0] for p in problems] == ["pipe_ex2", "pipe_missing"]
+
+
+def test_the_pv_smem_patch_builds_fp8_variants_whose_p_v_reads_p_from_shared_memory(tmp_path):
+    entries = experiments.build_patched(tmp_path, "pv_smem.patch", ["pv_smem"], ["fp8e4m3"])
+    assert {(e["p_mode"], e["d_qk"]) for e in entries} == {(p, d) for p in ("exact", "lean") for d in (128, 192)}
+    shipped = {k["name"]: k for k in sm90a.FP8_KERNELS}
+    for entry in entries:
+        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        base = shipped[entry["name"].removesuffix("_pv_smem")]
+        assert entry["shared_bytes"] == base["shared_bytes"] + 2 * 64 * 128  # each consumer's P, 64 rows of 128 keys
+        code = sass.instructions(tmp_path / entry["file"])
+        gemms = [c for c in code if "QGMMA" in c]
+        # every wgmma reads both operands from shared memory (no register A), and each of the three step forms
+        # (first key tile, steady, diagonal) stores its 16 fragment registers
+        assert gemms and not any(re.search(r"QGMMA\S* R\d+, R\d+, gdesc", c) for c in gemms)
+        assert sum(re.search(r"\bSTS\b", c) is not None for c in code) == 3 * 16
