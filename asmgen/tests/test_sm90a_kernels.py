@@ -141,10 +141,12 @@ def test_the_bf16_moved_maximum_test_misses_no_move():
 
 def test_the_bf16_moved_maximum_test_adds_once_after_the_maxima():
     # per test: the 32 P registers' per-half maxima in 15 three-input VIMNMX3.U16x2 and one two-input VIMNMX, then
-    # one add of 0x8000 - bf16(2^tau) per half (tau 0.5: 0x404b404b; tau 8: 0x3c803c80), not an add and an OR each
+    # one add of 0x8000 - bf16(2^tau) per half (the entry's tau), not an add and an OR each
     for entry in sm90a.BF16_KERNELS:
+        threshold = int(torch.tensor(2.0 ** entry["rescale_threshold"]).bfloat16().view(torch.int16)) & 0xFFFF
+        bias = f"{(0x8000 - threshold) * 0x10001:#x}"
         code = sass.instructions(sass.OBJECTS / entry["file"])
-        tests = sum("0x404b404b" in c or "0x3c803c80" in c for c in code)
+        tests = sum(bias in c for c in code)
         if not entry["code_test"]:
             assert tests == count(code, "VIMNMX3.U16x2") == 0, entry["name"]
             continue
