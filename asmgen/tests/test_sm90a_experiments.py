@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from asmgen import sm90a
 from asmgen.sm90a import experiments, sass
 
@@ -214,12 +216,21 @@ def test_each_microbenchmark_loop_holds_the_instructions_it_measures(tmp_path):
     assert [p.split(":")[0] for p in problems] == ["pipe_ex2", "pipe_missing"]
 
 
-def _count(cubin: Path, pattern: str) -> int:
-    return sum(re.search(pattern, c) is not None for c in sass.instructions(cubin))
+def _count(code: list[str], pattern: str) -> int:
+    """Instructions of `code` (sass.instructions) that `pattern` matches."""
+    return sum(re.search(pattern, c) is not None for c in code)
 
 
-def test_the_pv_smem_patch_builds_bf16_d128_variants_whose_p_v_reads_p_from_shared_memory(tmp_path):
-    entries = experiments.build_patched(tmp_path, "pv_smem.patch", ["pv_smem"], ["bf16"])
+@pytest.fixture(scope="module")
+def pv_smem_variants(tmp_path_factory):
+    """The pv_smem.patch variants of both element types, built once for the tests of each."""
+    folder = tmp_path_factory.mktemp("pv_smem")
+    return folder, experiments.build_patched(folder, "pv_smem.patch", ["pv_smem"])
+
+
+def test_the_pv_smem_patch_builds_bf16_d128_variants_whose_p_v_reads_p_from_shared_memory(pv_smem_variants):
+    folder, built = pv_smem_variants
+    entries = [e for e in built if e["dtype"] == "bf16"]
     shipped = {k["name"]: k for k in sm90a.BF16_KERNELS}
     # d = 128 only: the d_qk = 192 kernels have no room for the 32 KiB P tile
     assert {e["name"].removesuffix("_pv_smem") for e in entries} == {n for n, k in shipped.items() if k["d_qk"] == 128}
@@ -227,14 +238,14 @@ def test_the_pv_smem_patch_builds_bf16_d128_variants_whose_p_v_reads_p_from_shar
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
         base = shipped[entry["name"].removesuffix("_pv_smem")]
         assert entry["shared_bytes"] == base["shared_bytes"] + 128 * 128 * 2  # a 128-row P tile of 128 BF16 keys
-        code = sass.instructions(tmp_path / entry["file"])
+        code = sass.instructions(folder / entry["file"])
         gemms = [c for c in code if "HGMMA" in c]
         assert gemms and not any(re.search(r"HGMMA\S* R\d+, R\d+, gdesc", c) for c in gemms)  # no register A
         # one stmatrix per 16-key step where P is written: the first key tile and every step form (code test: three
         # steady and two diagonal forms; plain ping-pong: one of each), beside the epilogue's own
         forms = 1 + (5 if entry["code_test"] else 2)
-        stores = _count(tmp_path / entry["file"], r"\bSTSM\b") - _count(sass.OBJECTS / base["file"], r"\bSTSM\b")
-        assert stores == 8 * forms
+        stsm = r"\bSTSM\b"
+        assert _count(code, stsm) - _count(sass.instructions(sass.OBJECTS / base["file"]), stsm) == 8 * forms
 
 
 def test_the_reprobe_patch_tests_the_pending_loads_again_in_every_step_form(tmp_path):
@@ -245,24 +256,26 @@ def test_the_reprobe_patch_tests_the_pending_loads_again_in_every_step_form(tmp_
     for entry in entries:
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
         base = shipped[entry["name"].removesuffix("_reprobe")]
-        added = _count(tmp_path / entry["file"], test_wait) - _count(sass.OBJECTS / base["file"], test_wait)
+        added = (_count(sass.instructions(tmp_path / entry["file"]), test_wait)
+                 - _count(sass.instructions(sass.OBJECTS / base["file"]), test_wait))
         forms = 5 if entry["code_test"] else 2
         # two test-waits per step form more; a kernel shipped without the probe gains the probe's too (two in
         # each step form and two after the first key tile)
         assert added == 2 * forms + (0 if sm90a.probes_ring(base) else 2 * forms + 2)
 
 
-def test_the_pv_smem_patch_builds_fp8_variants_whose_p_v_reads_p_from_shared_memory(tmp_path):
-    entries = experiments.build_patched(tmp_path, "pv_smem.patch", ["pv_smem"], ["fp8e4m3"])
+def test_the_pv_smem_patch_builds_fp8_variants_whose_p_v_reads_p_from_shared_memory(pv_smem_variants):
+    folder, built = pv_smem_variants
+    entries = [e for e in built if e["dtype"] == "fp8e4m3"]
     assert {(e["p_mode"], e["d_qk"]) for e in entries} == {(p, d) for p in ("exact", "lean") for d in (128, 192)}
     shipped = {k["name"]: k for k in sm90a.FP8_KERNELS}
     for entry in entries:
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
         base = shipped[entry["name"].removesuffix("_pv_smem")]
         assert entry["shared_bytes"] == base["shared_bytes"] + 2 * 64 * 128  # each consumer's P, 64 rows of 128 keys
-        code = sass.instructions(tmp_path / entry["file"])
+        code = sass.instructions(folder / entry["file"])
         gemms = [c for c in code if "QGMMA" in c]
         # every wgmma reads both operands from shared memory (no register A), and each of the three step forms
         # (first key tile, steady, diagonal) stores its 16 fragment registers
         assert gemms and not any(re.search(r"QGMMA\S* R\d+, R\d+, gdesc", c) for c in gemms)
-        assert sum(re.search(r"\bSTS\b", c) is not None for c in code) == 3 * 16
+        assert _count(code, r"\bSTS\b") == 3 * 16
