@@ -279,3 +279,33 @@ def test_the_pv_smem_patch_builds_fp8_variants_whose_p_v_reads_p_from_shared_mem
         # (first key tile, steady, diagonal) stores its 16 fragment registers
         assert gemms and not any(re.search(r"QGMMA\S* R\d+, R\d+, gdesc", c) for c in gemms)
         assert _count(code, r"\bSTS\b") == 3 * 16
+
+
+def test_the_fixed_slots_patch_keeps_the_code_test_kernels_descriptors_in_uniform_registers(tmp_path):
+    entries = experiments.build_patched(tmp_path, "fixed_slots.patch", ["fixed_slots"], ["bf16"])
+    shipped = {k["name"]: k for k in sm90a.BF16_KERNELS}
+    # the d_qk = 192 code-test kernel spills with it and is not built (the build refuses spills)
+    assert {e["name"].removesuffix("_fixed_slots") for e in entries} == \
+        {n for n, k in shipped.items() if not (k["code_test"] and k["d_qk"] == 192)}
+    moves = r"\bR2UR\b"  # a register moved into a uniform register, ahead of a wgmma that reads it
+    for entry in entries:
+        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        base = shipped[entry["name"].removesuffix("_fixed_slots")]
+        ours, theirs = (_count(sass.instructions(path), moves) for path in (tmp_path / entry["file"],
+                                                                              sass.OBJECTS / base["file"]))
+        if base["code_test"]:  # two steps per loop trip: the slots are known at compile time
+            assert ours < theirs / 5
+        else:  # one step per trip: the slot stays a register
+            assert ours > theirs / 2
+
+
+def test_the_prefetch_q_patch_pulls_the_next_jobs_query_tiles_into_l2(tmp_path):
+    entries = experiments.build_patched(tmp_path, "prefetch_q.patch", ["prefetch_q"], ["bf16"])
+    shipped = {k["name"]: k for k in sm90a.BF16_KERNELS}
+    assert {e["name"].removesuffix("_prefetch_q") for e in entries} == set(shipped)
+    prefetch = r"\bUTMAPF\b"  # cp.async.bulk.prefetch.tensor
+    for entry in entries:
+        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        base = shipped[entry["name"].removesuffix("_prefetch_q")]
+        assert _count(sass.instructions(sass.OBJECTS / base["file"]), prefetch) == 0
+        assert _count(sass.instructions(tmp_path / entry["file"]), prefetch) > 0

@@ -19,7 +19,9 @@ epilogue under the next tile's first QK^T, measured slower but for the BF16 ping
 overlap with 64-key tiles, prepared, it spills; trio.patch: three FP8 consumer warpgroups of 160 registers with
 their GEMMs serialised through one accumulator, measured slower up to 16K and +1% to +2% at 32K; pv_smem.patch: P V
 with P from shared memory, an SS wgmma, FP8 and BF16 d = 128; reprobe.patch: the BF16 ring probe tested again at the
-end of the softmax; both measured slower), the FMA-pipe
+end of the softmax; both measured slower; fixed_slots.patch: key tile kt of every query tile in ring slot kt % 2, so
+that the BF16 code-test kernels keep their wgmma descriptors in uniform registers, measured level; prefetch_q.patch:
+the producer pulls the next job's Q into L2, measured slower), the FMA-pipe
 exponential the BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks), and
 microbenchmarks of the FP8 softmax's pipes and of its step alone, and the tensor pipe's rate under the kernels'
 GEMMs (pipes.cu, softmax_alone.cu, gemm_ceiling.cu: `python -m asmgen.sm90a.experiments.microbench`). --patch builds
