@@ -5,7 +5,9 @@ and the mbarrier try-waits executed most (a warp that polls a barrier issues one
     python -m ci.profile_summary OUT/profile.txt OUT/profile_sass.csv [--top 12] > summary.md
 
 profile.txt is `ncu -i REPORT` (the sections' tables), profile_sass.csv is `ncu -i REPORT --page source --csv
---print-source sass` (one block per kernel, each opened by a "Kernel Name" row).
+--print-source sass` (one block per kernel, each opened by a "Kernel Name" row). Both list the launches in the order
+they were profiled; a kernel launched more than once (several shapes) is reported once per launch, "NAME [2]" for
+its second.
 """
 
 from __future__ import annotations
@@ -24,14 +26,27 @@ EXECUTED = "Instructions Executed"
 TRY_WAITS = 4  # the most executed try-wait instructions listed per kernel
 
 
+class Launches:
+    """Names for the profiled launches in order: a kernel's name, then "NAME [2]", "NAME [3]", ... for its later
+    launches."""
+
+    def __init__(self):
+        self.seen: collections.Counter = collections.Counter()
+
+    def name(self, kernel: str) -> str:
+        self.seen[kernel] += 1
+        return kernel if self.seen[kernel] == 1 else f"{kernel} [{self.seen[kernel]}]"
+
+
 def headline_metrics(text: str) -> dict[str, dict[str, str]]:
-    """kernel -> metric -> "value unit", from the section tables of `ncu -i`."""
+    """launch -> metric -> "value unit", from the section tables of `ncu -i`."""
     out: dict[str, dict[str, str]] = {}
-    kernel = None
+    kernel, launches = None, Launches()
     for line in text.splitlines():
-        head = re.match(r"\s{2}(\S+) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\)", line)
+        # a launch's header: the (demangled) name, which may hold spaces, then grid x block
+        head = re.match(r"\s{2}(\S.*?) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\)", line)
         if head:
-            kernel = head.group(1)
+            kernel = launches.name(head.group(1))
             out[kernel] = {}
             continue
         for name in HEADLINE:
@@ -43,17 +58,21 @@ def headline_metrics(text: str) -> dict[str, dict[str, str]]:
 
 
 def sass_rows(lines) -> dict[str, list[dict[str, str]]]:
-    """kernel -> rows of the source page (one per SASS instruction)."""
-    kernels: dict[str, list[dict[str, str]]] = collections.defaultdict(list)
-    kernel, header = None, None
+    """launch -> rows of the source page (one per SASS instruction). A block that repeats the one before it (same
+    kernel, same rows: ncu prints some kernels' page twice) is one launch."""
+    blocks: list[tuple[str, list[dict[str, str]]]] = []
+    header = None
     for row in csv.reader(lines):
         if len(row) >= 2 and row[0] == "Kernel Name":
-            kernel, header = row[1], None
+            blocks.append((row[1], []))
+            header = None
         elif row and row[0] == "Address":
             header = row
-        elif kernel and header and len(row) == len(header):
-            kernels[kernel].append(dict(zip(header, row, strict=True)))
-    return kernels
+        elif blocks and header and len(row) == len(header):
+            blocks[-1][1].append(dict(zip(header, row, strict=True)))
+    launches = Launches()
+    return {launches.name(kernel): rows
+            for i, (kernel, rows) in enumerate(blocks) if i == 0 or blocks[i - 1] != (kernel, rows)}
 
 
 def opcode(source: str) -> str:
@@ -112,8 +131,10 @@ def main() -> int:
     with open(args.sass_csv, newline="") as f:
         kernels = sass_rows(f)
     out = ["# Nsight Compute profile", ""]
-    for kernel, rows in kernels.items():
-        out += summarise(kernel, rows, metrics.get(kernel, {}), args.top)
+    # the two pages list the same launches in the same order (their names may spell template arguments differently)
+    by_order = len(metrics) == len(kernels)
+    for (kernel, rows), launch in zip(kernels.items(), metrics if by_order else kernels, strict=True):
+        out += summarise(kernel, rows, metrics.get(launch, {}), args.top)
     print("\n".join(out))
     return 0
 

@@ -309,3 +309,16 @@ def test_the_prefetch_q_patch_pulls_the_next_jobs_query_tiles_into_l2(tmp_path):
         base = shipped[entry["name"].removesuffix("_prefetch_q")]
         assert _count(sass.instructions(sass.OBJECTS / base["file"]), prefetch) == 0
         assert _count(sass.instructions(tmp_path / entry["file"]), prefetch) > 0
+
+
+def test_every_job_order_covers_each_query_tile_once():
+    from asmgen.sm90a.experiments import job_orders
+    from zyfa import jobs
+
+    for heads, num_tiles in ((128, 16), (32, 64), (7, 9)):
+        expected = sorted((0, h, t) for h in range(heads) for t in range(num_tiles))
+        for name, build in job_orders.ORDERS.items():
+            table = build(1, heads, num_tiles, 132, True)
+            walked = sorted(tile for cta in range(table.shape[1]) for tile in jobs.cta_tiles(table, cta))
+            assert walked == expected, name
+    assert jobs.TAIL_ROUNDS == 2  # the orders leave the shipped table as it was

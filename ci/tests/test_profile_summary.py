@@ -40,3 +40,37 @@ def test_summary_reports_metrics_mix_stalls_and_try_waits(tmp_path):
     assert "| wait | 60.0% |" in out and "| barrier | 20.0% |" in out  # of 50 samples
     assert "| MUFU.EX2 | 60.0% |" in out
     assert "- 8,000 (44.4% of the instructions): `SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR9+0x28028], R2`" in out
+
+
+PEER = "void cutlass::device_kernel<Fwd<128, true>>(T1::Params)"  # ncu's demangled name, spaces in it
+DETAILS_TWO = DETAILS + f"""\
+  {PEER} (132, 1, 1)x(384, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
+    Duration                         us       200.00
+  zyfa_kernel (132, 1, 1)x(384, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
+    Duration                         us       900.00
+"""
+PEER_BLOCK = f"""\
+"Kernel Name","void cutlass::device_kernel<Fwd<(int)128, (bool)1>>(T1::Params)",
+{HEADER}
+"0x10","      HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24","2","500","2","0","2"
+"""
+SECOND = f"""\
+"Kernel Name","zyfa_kernel",
+{HEADER}
+"0x10","      MUFU.EX2 R1, R2","3","7,000","3","0","3"
+"""
+
+
+def test_summary_reports_each_launch_once_in_order(tmp_path):
+    # two launches of one kernel (two shapes) and a peer whose source page ncu prints twice, its name spelled
+    # differently from the details page
+    (tmp_path / "profile.txt").write_text(DETAILS_TWO)
+    (tmp_path / "sass.csv").write_text(SASS + PEER_BLOCK + PEER_BLOCK + SECOND)
+    out = subprocess.run([sys.executable, "-m", "ci.profile_summary", str(tmp_path / "profile.txt"),
+                          str(tmp_path / "sass.csv")], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    heads = [line for line in out.splitlines() if line.startswith("## ")]
+    assert heads == ["## zyfa_kernel", "## void cutlass::device_kernel<Fwd<(int)128, (bool)1>>(T1::Params)",
+                     "## zyfa_kernel [2]"]
+    peer, second = out.split(heads[1])[1].split(heads[2])
+    assert "| Duration | 200.00 us |" in peer and "Executed instructions (warp level): 500." in peer
+    assert "| Duration | 900.00 us |" in second and "Executed instructions (warp level): 7,000." in second

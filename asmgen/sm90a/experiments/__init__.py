@@ -24,7 +24,8 @@ that the BF16 code-test kernels keep their wgmma descriptors in uniform register
 the producer pulls the next job's Q into L2, measured slower), the FMA-pipe
 exponential the BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks), and
 microbenchmarks of the FP8 softmax's pipes and of its step alone, and the tensor pipe's rate under the kernels'
-GEMMs (pipes.cu, softmax_alone.cu, gemm_ceiling.cu: `python -m asmgen.sm90a.experiments.microbench`). --patch builds
+GEMMs (pipes.cu, softmax_alone.cu, gemm_ceiling.cu: `python -m asmgen.sm90a.experiments.microbench`), and the
+job-table orders timed on the shipped kernels (`python -m asmgen.sm90a.experiments.job_orders`). --patch builds
 a patch's variants in a copy of the generator with the patch applied, the working tree left as it is; variants built
 from differently patched trees into one DIR share its manifest.
 """
