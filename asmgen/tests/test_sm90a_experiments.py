@@ -221,6 +221,11 @@ def _count(code: list[str], pattern: str) -> int:
     return sum(re.search(pattern, c) is not None for c in code)
 
 
+def _counts(variant: Path, shipped: dict, pattern: str) -> tuple[int, int]:
+    """Instructions that `pattern` matches in a variant's cubin and in its shipped kernel's."""
+    return tuple(_count(sass.instructions(path), pattern) for path in (variant, sass.OBJECTS / shipped["file"]))
+
+
 @pytest.fixture(scope="module")
 def pv_smem_variants(tmp_path_factory):
     """The pv_smem.patch variants of both element types, built once for the tests of each."""
@@ -256,8 +261,8 @@ def test_the_reprobe_patch_tests_the_pending_loads_again_in_every_step_form(tmp_
     for entry in entries:
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
         base = shipped[entry["name"].removesuffix("_reprobe")]
-        added = (_count(sass.instructions(tmp_path / entry["file"]), test_wait)
-                 - _count(sass.instructions(sass.OBJECTS / base["file"]), test_wait))
+        ours, theirs = _counts(tmp_path / entry["file"], base, test_wait)
+        added = ours - theirs
         forms = 5 if entry["code_test"] else 2
         # two test-waits per step form more; a kernel shipped without the probe gains the probe's too (two in
         # each step form and two after the first key tile)
@@ -291,8 +296,7 @@ def test_the_fixed_slots_patch_keeps_the_code_test_kernels_descriptors_in_unifor
     for entry in entries:
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
         base = shipped[entry["name"].removesuffix("_fixed_slots")]
-        ours, theirs = (_count(sass.instructions(path), moves) for path in (tmp_path / entry["file"],
-                                                                              sass.OBJECTS / base["file"]))
+        ours, theirs = _counts(tmp_path / entry["file"], base, moves)
         if base["code_test"]:  # two steps per loop trip: the slots are known at compile time
             assert ours < theirs / 5
         else:  # one step per trip: the slot stays a register
@@ -307,8 +311,8 @@ def test_the_prefetch_q_patch_pulls_the_next_jobs_query_tiles_into_l2(tmp_path):
     for entry in entries:
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
         base = shipped[entry["name"].removesuffix("_prefetch_q")]
-        assert _count(sass.instructions(sass.OBJECTS / base["file"]), prefetch) == 0
-        assert _count(sass.instructions(tmp_path / entry["file"]), prefetch) > 0
+        ours, theirs = _counts(tmp_path / entry["file"], base, prefetch)
+        assert theirs == 0 and ours > 0
 
 
 def test_every_job_order_covers_each_query_tile_once():

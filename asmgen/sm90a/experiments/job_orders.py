@@ -22,7 +22,11 @@ import contextlib
 import statistics
 import sys
 
-from zyfa import jobs
+import torch
+
+from zyfa import flash_attn_func, jobs
+from zyfa.backends import sm90a
+from zyfa_tools.bench.protocol import Clock
 
 
 @contextlib.contextmanager
@@ -54,14 +58,10 @@ ORDERS = {"shipped": _tail(jobs.TAIL_ROUNDS), "tail0": _tail(0), "tail1": _tail(
 def time_orders(seqlen: int, heads: int, heads_k: int, rounds: int, calls: int, once: bool) -> dict[str, float]:
     """us per call of each order (median over rounds; empty with once), the output checked bitwise against the
     first order's."""
-    import torch
-
-    from zyfa import flash_attn_func
-    from zyfa.backends import sm90a
-
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (0.1 * torch.randn(1, seqlen, h, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
                for h in (heads, heads_k, heads_k))
+    clock = Clock(torch.device("cuda"))
     shipped_table, reference = sm90a.host_job_table, None
     times: dict[str, list[float]] = {name: [] for name in ORDERS}
     try:
@@ -73,21 +73,9 @@ def time_orders(seqlen: int, heads: int, heads_k: int, rounds: int, calls: int, 
                 reference = out.clone() if reference is None else reference
                 if not torch.equal(out, reference):
                     raise AssertionError(f"order {name} changed the output")
-                if once:
-                    continue
-                for _ in range(calls // 2):
-                    flash_attn_func(q, k, v, causal=True)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    for _ in range(calls):
-                        flash_attn_func(q, k, v, causal=True)
-                graph.replay()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                graph.replay()
-                end.record()
-                torch.cuda.synchronize()
-                times[name].append(start.elapsed_time(end) * 1e3 / calls)
+                if not once:
+                    ms, _ = clock.kernel_ms(lambda: flash_attn_func(q, k, v, causal=True), calls, calls // 2)
+                    times[name].append(ms * 1e3)
     finally:
         sm90a.host_job_table = shipped_table
         sm90a._prepared.clear()
