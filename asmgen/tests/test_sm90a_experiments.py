@@ -211,6 +211,10 @@ def test_each_microbenchmark_loop_holds_the_instructions_it_measures(tmp_path):
     ceiling = microbench.loop_mixes(tmp_path / "gemm_ceiling.cubin")  # the step's GEMMs, one step per trip
     assert microbench.count(ceiling["ceiling_fp8"], "QGMMA") == 8
     assert microbench.count(ceiling["ceiling_bf16"], "HGMMA") == 16
+    # QK^T in two N = 64 halves: twice the wgmmas for the same FLOP, one wait per step as unsplit
+    assert microbench.count(ceiling["ceiling_bf16_split"], "HGMMA.64x64x16") == 16
+    assert microbench.count(ceiling["ceiling_fp8_split"], "QGMMA.64x64x32") == 8
+    assert all(microbench.count(ceiling[k], "WARPGROUP.DEPBAR") == 1 for k in ceiling)
     # and the check can fail: a claim that a loop does not hold is reported by kernel
     problems = microbench.check(tmp_path / "pipes.cubin", {"pipe_ex2": {"FMNMX": 8}, "pipe_missing": {}})
     assert [p.split(":")[0] for p in problems] == ["pipe_ex2", "pipe_missing"]
@@ -326,3 +330,37 @@ def test_every_job_order_covers_each_query_tile_once():
             walked = sorted(tile for cta in range(table.shape[1]) for tile in jobs.cta_tiles(table, cta))
             assert walked == expected, name
     assert jobs.TAIL_ROUNDS == 2  # the orders leave the shipped table as it was
+
+
+def test_the_v_stages_patch_deepens_one_ring_of_the_bf16_d128_kernels(tmp_path):
+    entries = experiments.build_patched(tmp_path, "v_stages.patch", ["v_stages3", "k_stages3"], ["bf16"])
+    shipped = {k["name"]: k for k in sm90a.BF16_KERNELS}
+    # a third 32 KiB slot fits beside the d = 128 kernels' shared memory only
+    d128 = {n for n, k in shipped.items() if k["d_qk"] == 128}
+    assert {e["name"] for e in entries} == {f"{n}_{v}" for n in d128 for v in ("v_stages3", "k_stages3")}
+    for entry in entries:
+        base = shipped[entry["name"].rsplit("_", 2)[0]]
+        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        assert (entry["stages"], entry["v_stages"]) == ((2, 3) if entry["name"].endswith("v_stages3") else (3, 2))
+        # one more K or V tile; the barriers of the deeper ring's third slot take the place of a third pair
+        assert entry["shared_bytes"] == base["shared_bytes"] + 128 * 128 * 2 + 4 * 8
+
+
+def test_the_split_qk_patch_writes_the_first_halfs_p_between_the_waits_for_the_two_halves(tmp_path):
+    entries = experiments.build_patched(tmp_path, "split_qk.patch", ["split_qk"], ["bf16"])
+    shipped = {k["name"]: k for k in sm90a.BF16_KERNELS}
+    assert {e["name"].removesuffix("_split_qk") for e in entries} == {n for n, k in shipped.items() if k["code_test"]}
+    for entry in entries:
+        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        code = sass.instructions(tmp_path / entry["file"])
+        base = sass.instructions(sass.OBJECTS / shipped[entry["name"].removesuffix("_split_qk")]["file"])
+        # every QK^T (A from shared memory) in two N = 64 halves, and no wgmma serialised (a wait after each)
+        assert _count(code, r"HGMMA\.64x128x16\S* R\d+, gdesc") == 0 < _count(code, r"HGMMA\.64x64x16")
+        assert _count(base, r"HGMMA\.64x128x16\S* R\d+, gdesc") > 0
+        assert _count(code, r"WARPGROUP\.DEPBAR") < _count(code, r"HGMMA") / 4
+        # in each steady step the first half's 32 exponentials lie between the waits for the two halves
+        firsts = [i for i, c in enumerate(code) if "DEPBAR.LE gsb0, 0x2" in c]
+        assert len(firsts) >= 2
+        for i in firsts:
+            j = next(k for k in range(i + 1, len(code)) if "WARPGROUP.DEPBAR" in code[k])
+            assert "DEPBAR.LE gsb0, 0x1" in code[j] and _count(code[i:j], r"MUFU\.EX2") == 32

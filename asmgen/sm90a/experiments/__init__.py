@@ -21,7 +21,9 @@ their GEMMs serialised through one accumulator, measured slower up to 16K and +1
 with P from shared memory, an SS wgmma, FP8 and BF16 d = 128; reprobe.patch: the BF16 ring probe tested again at the
 end of the softmax; both measured slower; fixed_slots.patch: key tile kt of every query tile in ring slot kt % 2, so
 that the BF16 code-test kernels keep their wgmma descriptors in uniform registers, measured level; prefetch_q.patch:
-the producer pulls the next job's Q into L2, measured slower), the FMA-pipe
+the producer pulls the next job's Q into L2, measured slower; v_stages.patch: a V ring (or K ring) one slot deeper
+than the other, BF16 d = 128, measured level; split_qk.patch: the BF16 code-test kernels' QK^T as two GEMMs of 64
+keys, the first half's P written while the second runs, measured slower), the FMA-pipe
 exponential the BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks), and
 microbenchmarks of the FP8 softmax's pipes and of its step alone, and the tensor pipe's rate under the kernels'
 GEMMs (pipes.cu, softmax_alone.cu, gemm_ceiling.cu: `python -m asmgen.sm90a.experiments.microbench`), and the

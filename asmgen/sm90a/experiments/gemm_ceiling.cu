@@ -1,9 +1,11 @@
 // The tensor pipe's ceiling under the attention kernels' GEMM load: per consumer warpgroup and key-tile step, the
 // QK^T of a 64-row query tile (both operands from shared memory) and the P V of its 128 keys (P from registers),
 // committed together and waited for, as a step of the kernels issues them; two warpgroups per CTA, one CTA per SM,
-// no softmax. Operands are random values of the element type (the tensor pipe's power, and so the SM clock, depends
-// on the bits it multiplies), read once from `data` into shared memory and registers. Each warp writes its cycles;
-// microbench.py times the launch, so the table gives TFLOP/s and the SM clock under this load.
+// no softmax; the `_split` kernels issue the QK^T as two GEMMs of 64 keys (N = 64: twice the shared-memory reads of
+// Q per FLOP), as a kernel whose softmax starts on the first half would. Operands are random values of the element
+// type (the tensor pipe's power, and so the SM clock, depends on the bits it multiplies), read once from `data` into
+// shared memory and registers. Each warp writes its cycles; microbench.py times the launch, so the table gives
+// TFLOP/s and the SM clock under this load.
 #include "config.cuh"
 #include "ptx.cuh"
 
@@ -47,6 +49,34 @@ __device__ __forceinline__ void write_out(uint32_t* cycles, uint32_t* sink, uint
   sink[blockIdx.x * blockDim.x + threadIdx.x] = __float_as_uint(x);
   if (threadIdx.x % 32 == 0) cycles[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = elapsed;
 }
+
+#define ZYFA_ACC32                                                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31}"
+#define ZYFA_HALF_OPS(d, h) \
+  ZYFA_ACC8_OPS(d, 32 * h), ZYFA_ACC8_OPS(d, 32 * h + 8), ZYFA_ACC8_OPS(d, 32 * h + 16), ZYFA_ACC8_OPS(d, 32 * h + 24)
+
+// D(64x64, f32) (+)= A(64xK) B(Kx64), both operands K-major in shared memory, D the registers 32 H .. 32 H + 31 of a
+// 64x128 accumulator: QK^T for 64 of a tile's 128 keys (the kernels' QK^T split in two GEMMs).
+template <int H>
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, uint32_t acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " ZYFA_ACC32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : ZYFA_HALF_OPS(d, H)
+      : "l"(desc_a), "l"(desc_b), "r"(acc));
+}
+template <int H>
+__device__ __forceinline__ void wgmma_m64n64k32_ss_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                        uint32_t acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " ZYFA_ACC32 ", %32, %33, p, 1, 1;\n}\n"
+      : ZYFA_HALF_OPS(d, H)
+      : "l"(desc_a), "l"(desc_b), "r"(acc));
+}
+
+constexpr uint32_t kHalfKeys = 64 * kAtomRowBytes;  // K rows 64.. of a box: the second half's keys
 
 }  // namespace
 
@@ -93,6 +123,75 @@ extern "C" __global__ void __launch_bounds__(256) ceiling_bf16(uint32_t* cycles,
     for (int kk = 0; kk < 8; ++kk) {
       const uint32_t offset = (kk / 4) * Bf16::kBoxBytes + (kk % 4) * 32;
       wgmma_m64n128k16_ss(s, smem_desc_advance(q, offset), smem_desc_advance(k, offset), kk > 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      const uint32_t p[4] = {x.a[4 * kk], x.a[4 * kk + 1], x.a[4 * kk + 2], x.a[4 * kk + 3]};
+      wgmma_m64n128k16_rs_bt(o, p, smem_desc_advance(v, kk * 16 * kAtomRowBytes));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+    fence_regs(o);
+  }
+  write_out(cycles, sink, clock32() - start, s, o);
+}
+
+// e4m3, d = 128, QK^T in two GEMMs of 64 keys (each its commit group, as a kernel whose softmax starts on the first
+// half would issue them): 4 + 4 m64n64k32 and 4 m64n128k32 per step, the same FLOP.
+extern "C" __global__ void __launch_bounds__(256) ceiling_fp8_split(uint32_t* cycles, uint32_t* sink,
+                                                                     const uint32_t* data, int iters) {
+  const Operands x(data, 16);
+  const uint64_t q = x.q, k = x.k, v = x.v;
+  float s[64], acc[64];
+  const uint32_t start = clock32();
+#pragma unroll 1
+  for (int it = 0; it < iters; ++it) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_m64n64k32_ss_e4m3<0>(s, smem_desc_advance(q, 32 * kk), smem_desc_advance(k, 32 * kk), kk > 0);
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_m64n64k32_ss_e4m3<1>(s, smem_desc_advance(q, 32 * kk), smem_desc_advance(k, kHalfKeys + 32 * kk), kk > 0);
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t p[4] = {x.a[4 * kk], x.a[4 * kk + 1], x.a[4 * kk + 2], x.a[4 * kk + 3]};
+      wgmma_m64n128k32_rs_e4m3(acc, p, smem_desc_advance(v, 32 * kk), kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+    fence_regs(acc);
+  }
+  write_out(cycles, sink, clock32() - start, s, acc);
+}
+
+// BF16, d = 128, QK^T in two GEMMs of 64 keys: 8 + 8 m64n64k16 and 8 m64n128k16 per step.
+extern "C" __global__ void __launch_bounds__(256) ceiling_bf16_split(uint32_t* cycles, uint32_t* sink,
+                                                                      const uint32_t* data, int iters) {
+  const Operands x(data, Bf16::kBoxBytes);
+  const uint64_t q = x.q, k = x.k, v = x.v;
+  float s[64], o[64];
+#pragma unroll
+  for (int r = 0; r < 64; ++r) o[r] = 0.0f;
+  const uint32_t start = clock32();
+#pragma unroll 1
+  for (int it = 0; it < iters; ++it) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      const uint32_t offset = (kk / 4) * Bf16::kBoxBytes + (kk % 4) * 32;
+      wgmma_m64n64k16_ss<0>(s, smem_desc_advance(q, offset), smem_desc_advance(k, offset), kk > 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      const uint32_t offset = (kk / 4) * Bf16::kBoxBytes + (kk % 4) * 32;
+      wgmma_m64n64k16_ss<1>(s, smem_desc_advance(q, offset), smem_desc_advance(k, kHalfKeys + offset), kk > 0);
     }
     wgmma_commit();
 #pragma unroll

@@ -11,8 +11,9 @@ consumer's exact-P softmax step (softmax_fp8.cuh) in a loop without the kernel a
 without one part, and the BF16 kernels' step, at 1 and 2 warps per sub-partition (the cycles per step that a
 sub-partition completes), and beside another warpgroup's back-to-back QK^T-shaped wgmmas. gemm_ceiling.cu: the
 key-tile step's GEMMs alone (QK^T from shared memory and P V from registers, d = 128, e4m3 and BF16, two
-warpgroups per SM, random operands), timed for long enough that the clock settles: the TFLOP/s and SM clock the
-kernels' own GEMMs sustain, beside torch's GEMMs of 8192^3 (BF16, and e4m3 with and without fast accumulation).
+warpgroups per SM, random operands; `_split`: the QK^T as two GEMMs of 64 keys), timed for long enough that the
+clock settles: the TFLOP/s and SM clock the kernels' own GEMMs sustain, beside torch's GEMMs of 8192^3 (BF16, and
+e4m3 with and without fast accumulation).
 The build checks that each
 loop holds the instructions it claims (KERNELS), so that a number measures what its name says. The driver is called
 through ctypes (libcuda), the buffers come from torch; progress to stderr.
@@ -79,6 +80,8 @@ KERNELS = {
     "gemm_ceiling": {
         "ceiling_fp8": {"QGMMA": 8, "HGMMA": 0},
         "ceiling_bf16": {"HGMMA": 16},
+        "ceiling_fp8_split": {"QGMMA": 12, "HGMMA": 0},
+        "ceiling_bf16_split": {"HGMMA": 24},
     },
 }
 _BRANCH = re.compile(r"\bBRA\b[^;]*?0x([0-9a-f]+)")
@@ -280,10 +283,10 @@ def ceiling(driver, folder: Path) -> list[str]:
     iters = ITERATIONS["gemm_ceiling"]
     rows = [f"| the step's GEMMs alone ({iters} steps) | cycles per step and warpgroup | SM clock | TFLOP/s |",
             "|---|---|---|---|"]
-    dtypes = {"ceiling_fp8": torch.float8_e4m3fn, "ceiling_bf16": torch.bfloat16}
+    dtypes = {"fp8": torch.float8_e4m3fn, "bf16": torch.bfloat16}
     for name, function in driver.functions(folder / "gemm_ceiling.cubin", KERNELS["gemm_ceiling"]).items():
         print(name, file=sys.stderr)
-        cycles, ms = driver.timed(function, iters, _random_operands(torch, dtypes[name]))
+        cycles, ms = driver.timed(function, iters, _random_operands(torch, dtypes[name.split("_")[1]]))
         per_step = cycles.median().item() / iters
         tflops = driver.sms * 2 * iters * CEILING_STEP_FLOP / (ms * 1e-3) / 1e12
         rows.append(f"| {name} | {per_step:.0f} | {cycles.median().item() / (ms * 1e6):.2f} GHz | {tflops:.0f} |")
