@@ -78,77 +78,11 @@ __device__ __forceinline__ void wgmma_m64n64k32_ss_e4m3(float (&d)[64], uint64_t
 
 constexpr uint32_t kHalfKeys = 64 * kAtomRowBytes;  // K rows 64.. of a box: the second half's keys
 
-}  // namespace
-
-// e4m3, d = 128: 4 + 4 m64n128k32 per step (the FP8 kernels' steady step; P V into a fresh accumulator).
-extern "C" __global__ void __launch_bounds__(256) ceiling_fp8(uint32_t* cycles, uint32_t* sink, const uint32_t* data,
-                                                               int iters) {
-  const Operands x(data, 16);
-  const uint64_t q = x.q, k = x.k, v = x.v;
-  float s[64], acc[64];
-  const uint32_t start = clock32();
-#pragma unroll 1
-  for (int it = 0; it < iters; ++it) {
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wgmma_m64n128k32_ss_e4m3(s, smem_desc_advance(q, 32 * kk), smem_desc_advance(k, 32 * kk), kk > 0);
-    wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t p[4] = {x.a[4 * kk], x.a[4 * kk + 1], x.a[4 * kk + 2], x.a[4 * kk + 3]};
-      wgmma_m64n128k32_rs_e4m3(acc, p, smem_desc_advance(v, 32 * kk), kk > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(s);
-    fence_regs(acc);
-  }
-  write_out(cycles, sink, clock32() - start, s, acc);
-}
-
-// BF16, d = 128: 8 + 8 m64n128k16 per step (the BF16 kernels' step; P V accumulates into O).
-extern "C" __global__ void __launch_bounds__(256) ceiling_bf16(uint32_t* cycles, uint32_t* sink, const uint32_t* data,
-                                                                int iters) {
-  const Operands x(data, Bf16::kBoxBytes);
-  const uint64_t q = x.q, k = x.k, v = x.v;
-  float s[64], o[64];
-#pragma unroll
-  for (int r = 0; r < 64; ++r) o[r] = 0.0f;
-  const uint32_t start = clock32();
-#pragma unroll 1
-  for (int it = 0; it < iters; ++it) {
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      const uint32_t offset = (kk / 4) * Bf16::kBoxBytes + (kk % 4) * 32;
-      wgmma_m64n128k16_ss(s, smem_desc_advance(q, offset), smem_desc_advance(k, offset), kk > 0);
-    }
-    wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      const uint32_t p[4] = {x.a[4 * kk], x.a[4 * kk + 1], x.a[4 * kk + 2], x.a[4 * kk + 3]};
-      wgmma_m64n128k16_rs_bt(o, p, smem_desc_advance(v, kk * 16 * kAtomRowBytes));
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(s);
-    fence_regs(o);
-  }
-  write_out(cycles, sink, clock32() - start, s, o);
-}
-
-// e4m3, d = 128, QK^T in two GEMMs of 64 keys (each its commit group, as a kernel whose softmax starts on the first
-// half would issue them): 4 + 4 m64n64k32 and 4 m64n128k32 per step, the same FLOP.
-extern "C" __global__ void __launch_bounds__(256) ceiling_fp8_split(uint32_t* cycles, uint32_t* sink,
-                                                                     const uint32_t* data, int iters) {
-  const Operands x(data, 16);
-  const uint64_t q = x.q, k = x.k, v = x.v;
-  float s[64], acc[64];
-  const uint32_t start = clock32();
-#pragma unroll 1
-  for (int it = 0; it < iters; ++it) {
-    wgmma_fence();
+// The QK^T of a step, committed: one GEMM of the tile's 128 keys, or (kSplit) two of 64 keys, each its commit group
+// as a kernel whose softmax starts on the first half would issue them. The same FLOP.
+template <bool kSplit>
+__device__ __forceinline__ void qk_fp8(float (&s)[64], uint64_t q, uint64_t k) {
+  if constexpr (kSplit) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
       wgmma_m64n64k32_ss_e4m3<0>(s, smem_desc_advance(q, 32 * kk), smem_desc_advance(k, 32 * kk), kk > 0);
@@ -156,7 +90,48 @@ extern "C" __global__ void __launch_bounds__(256) ceiling_fp8_split(uint32_t* cy
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
       wgmma_m64n64k32_ss_e4m3<1>(s, smem_desc_advance(q, 32 * kk), smem_desc_advance(k, kHalfKeys + 32 * kk), kk > 0);
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_m64n128k32_ss_e4m3(s, smem_desc_advance(q, 32 * kk), smem_desc_advance(k, 32 * kk), kk > 0);
+  }
+  wgmma_commit();
+}
+
+template <bool kSplit>
+__device__ __forceinline__ void qk_bf16(float (&s)[64], uint64_t q, uint64_t k) {
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    const uint32_t offset = (kk / 4) * Bf16::kBoxBytes + (kk % 4) * 32;
+    if constexpr (kSplit) {
+      wgmma_m64n64k16_ss<0>(s, smem_desc_advance(q, offset), smem_desc_advance(k, offset), kk > 0);
+    } else {
+      wgmma_m64n128k16_ss(s, smem_desc_advance(q, offset), smem_desc_advance(k, offset), kk > 0);
+    }
+  }
+  if constexpr (kSplit) {
     wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      const uint32_t offset = (kk / 4) * Bf16::kBoxBytes + (kk % 4) * 32;
+      wgmma_m64n64k16_ss<1>(s, smem_desc_advance(q, offset), smem_desc_advance(k, kHalfKeys + offset), kk > 0);
+    }
+  }
+  wgmma_commit();
+}
+
+// e4m3, d = 128: the QK^T (4 m64n128k32, or 4 + 4 m64n64k32) and 4 m64n128k32 of P V per step, the FP8 kernels'
+// steady step (P V into a fresh accumulator).
+template <bool kSplit>
+__device__ __forceinline__ void steps_fp8(uint32_t* cycles, uint32_t* sink, const uint32_t* data, int iters) {
+  const Operands x(data, 16);
+  const uint64_t q = x.q, k = x.k, v = x.v;
+  float s[64], acc[64];
+  const uint32_t start = clock32();
+#pragma unroll 1
+  for (int it = 0; it < iters; ++it) {
+    wgmma_fence();
+    qk_fp8<kSplit>(s, q, k);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       const uint32_t p[4] = {x.a[4 * kk], x.a[4 * kk + 1], x.a[4 * kk + 2], x.a[4 * kk + 3]};
@@ -170,9 +145,10 @@ extern "C" __global__ void __launch_bounds__(256) ceiling_fp8_split(uint32_t* cy
   write_out(cycles, sink, clock32() - start, s, acc);
 }
 
-// BF16, d = 128, QK^T in two GEMMs of 64 keys: 8 + 8 m64n64k16 and 8 m64n128k16 per step.
-extern "C" __global__ void __launch_bounds__(256) ceiling_bf16_split(uint32_t* cycles, uint32_t* sink,
-                                                                      const uint32_t* data, int iters) {
+// BF16, d = 128: the QK^T (8 m64n128k16, or 8 + 8 m64n64k16) and 8 m64n128k16 of P V per step, the BF16 kernels'
+// step (P V accumulates into O).
+template <bool kSplit>
+__device__ __forceinline__ void steps_bf16(uint32_t* cycles, uint32_t* sink, const uint32_t* data, int iters) {
   const Operands x(data, Bf16::kBoxBytes);
   const uint64_t q = x.q, k = x.k, v = x.v;
   float s[64], o[64];
@@ -182,18 +158,7 @@ extern "C" __global__ void __launch_bounds__(256) ceiling_bf16_split(uint32_t* c
 #pragma unroll 1
   for (int it = 0; it < iters; ++it) {
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      const uint32_t offset = (kk / 4) * Bf16::kBoxBytes + (kk % 4) * 32;
-      wgmma_m64n64k16_ss<0>(s, smem_desc_advance(q, offset), smem_desc_advance(k, offset), kk > 0);
-    }
-    wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      const uint32_t offset = (kk / 4) * Bf16::kBoxBytes + (kk % 4) * 32;
-      wgmma_m64n64k16_ss<1>(s, smem_desc_advance(q, offset), smem_desc_advance(k, kHalfKeys + offset), kk > 0);
-    }
-    wgmma_commit();
+    qk_bf16<kSplit>(s, q, k);
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
       const uint32_t p[4] = {x.a[4 * kk], x.a[4 * kk + 1], x.a[4 * kk + 2], x.a[4 * kk + 3]};
@@ -206,3 +171,16 @@ extern "C" __global__ void __launch_bounds__(256) ceiling_bf16_split(uint32_t* c
   }
   write_out(cycles, sink, clock32() - start, s, o);
 }
+
+}  // namespace
+
+#define CEILING_KERNEL(name, steps)                                                                               \
+  extern "C" __global__ void __launch_bounds__(256) name(uint32_t* cycles, uint32_t* sink, const uint32_t* data, \
+                                                         int iters) {                                             \
+    steps(cycles, sink, data, iters);                                                                             \
+  }
+
+CEILING_KERNEL(ceiling_fp8, steps_fp8<false>)
+CEILING_KERNEL(ceiling_bf16, steps_bf16<false>)
+CEILING_KERNEL(ceiling_fp8_split, steps_fp8<true>)
+CEILING_KERNEL(ceiling_bf16_split, steps_bf16<true>)
