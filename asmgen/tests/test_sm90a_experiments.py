@@ -364,3 +364,16 @@ def test_the_split_qk_patch_writes_the_first_halfs_p_between_the_waits_for_the_t
         for i in firsts:
             j = next(k for k in range(i + 1, len(code)) if "WARPGROUP.DEPBAR" in code[k])
             assert "DEPBAR.LE gsb0, 0x1" in code[j] and _count(code[i:j], r"MUFU\.EX2") == 32
+
+
+def test_the_release_after_issue_patch_builds_every_bf16_kernel_without_serialised_wgmmas(tmp_path):
+    entries = experiments.build_patched(tmp_path, "release_after_issue.patch", ["release_after_issue"], ["bf16"])
+    shipped = {k["name"]: k for k in sm90a.BF16_KERNELS}
+    assert {e["name"].removesuffix("_release_after_issue") for e in entries} == set(shipped)
+    for entry in entries:
+        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        base = shipped[entry["name"].removesuffix("_release_after_issue")]
+        ours, theirs = _counts(tmp_path / entry["file"], base, r"WARPGROUP\.DEPBAR")
+        assert ours <= theirs  # no wait added after each wgmma
+        ours, theirs = _counts(tmp_path / entry["file"], base, r"\bHGMMA\b")
+        assert ours == theirs
