@@ -98,24 +98,26 @@ __device__ __forceinline__ void qk_fp8(float (&s)[64], uint64_t q, uint64_t k) {
   wgmma_commit();
 }
 
+// K step kk of a BF16 tile lies in box kk / 4, at byte 32 (kk % 4) of each swizzled row.
+__device__ constexpr uint32_t bf16_k_offset(int kk) { return (kk / 4) * Bf16::kBoxBytes + (kk % 4) * 32; }
+
 template <bool kSplit>
 __device__ __forceinline__ void qk_bf16(float (&s)[64], uint64_t q, uint64_t k) {
-#pragma unroll
-  for (int kk = 0; kk < 8; ++kk) {
-    const uint32_t offset = (kk / 4) * Bf16::kBoxBytes + (kk % 4) * 32;
-    if constexpr (kSplit) {
-      wgmma_m64n64k16_ss<0>(s, smem_desc_advance(q, offset), smem_desc_advance(k, offset), kk > 0);
-    } else {
-      wgmma_m64n128k16_ss(s, smem_desc_advance(q, offset), smem_desc_advance(k, offset), kk > 0);
-    }
-  }
   if constexpr (kSplit) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk)
+      wgmma_m64n64k16_ss<0>(s, smem_desc_advance(q, bf16_k_offset(kk)), smem_desc_advance(k, bf16_k_offset(kk)),
+                            kk > 0);
     wgmma_commit();
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      const uint32_t offset = (kk / 4) * Bf16::kBoxBytes + (kk % 4) * 32;
-      wgmma_m64n64k16_ss<1>(s, smem_desc_advance(q, offset), smem_desc_advance(k, kHalfKeys + offset), kk > 0);
-    }
+    for (int kk = 0; kk < 8; ++kk)
+      wgmma_m64n64k16_ss<1>(s, smem_desc_advance(q, bf16_k_offset(kk)),
+                            smem_desc_advance(k, kHalfKeys + bf16_k_offset(kk)), kk > 0);
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk)
+      wgmma_m64n128k16_ss(s, smem_desc_advance(q, bf16_k_offset(kk)), smem_desc_advance(k, bf16_k_offset(kk)),
+                          kk > 0);
   }
   wgmma_commit();
 }
