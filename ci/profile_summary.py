@@ -24,6 +24,8 @@ HEADLINE = ("Duration", "SM Frequency", "Compute (SM) Throughput", "Issue Slots 
 SAMPLES = "Warp Stall Sampling (All Samples)"
 EXECUTED = "Instructions Executed"
 TRY_WAITS = 4  # the most executed try-wait instructions listed per kernel
+REASON_SHARE = 0.005  # stall reasons with fewer of the samples are summed into one row ("no_instruction", the
+# instruction fetch's, is one to see even at 1%)
 
 
 class Launches:
@@ -111,7 +113,10 @@ def summarise(kernel: str, rows: list[dict[str, str]], metrics: dict[str, str], 
               "| opcode | executed | share |", "|---|---|---|"]
     lines += [f"| {op} | {n:,} | {100 * n / total_exec:.1f}% |" for op, n in executed.most_common(top)]
     lines += ["", f"Stall samples: {total_samples:,}. By reason:", "", "| reason | share |", "|---|---|"]
-    lines += [f"| {r} | {100 * n / total_samples:.1f}% |" for r, n in reasons.most_common(top // 2)]
+    shown = [(r, n) for r, n in reasons.most_common() if n >= REASON_SHARE * total_samples]
+    rest = sum(reasons.values()) - sum(n for _, n in shown)
+    lines += [f"| {r} | {100 * n / total_samples:.1f}% |" for r, n in shown]
+    lines += [f"| (the other {len(reasons) - len(shown)}) | {100 * rest / total_samples:.1f}% |"] if rest else []
     lines += ["", "By opcode of the stalled instruction:", "", "| opcode | share |", "|---|---|"]
     lines += [f"| {op} | {100 * n / total_samples:.1f}% |" for op, n in samples.most_common(top)]
     if waits:

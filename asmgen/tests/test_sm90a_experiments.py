@@ -376,3 +376,18 @@ def test_the_release_after_issue_patch_builds_every_bf16_kernel_without_serialis
         base = sass.instructions(sass.OBJECTS / shipped[entry["name"].removesuffix("_release_after_issue")]["file"])
         assert _count(code, r"WARPGROUP\.DEPBAR") <= _count(base, r"WARPGROUP\.DEPBAR")  # no wait after each wgmma
         assert _count(code, r"\bHGMMA\b") == _count(base, r"\bHGMMA\b")
+
+
+def test_the_compact_tail_patch_masks_the_diagonal_step_inside_the_code_test_loop(tmp_path):
+    entries = experiments.build_patched(tmp_path, "compact_tail.patch", ["compact_tail"], ["bf16"])
+    shipped = {k["name"]: k for k in sm90a.BF16_KERNELS}
+    code_test = {n for n, k in shipped.items() if k["code_test"]}
+    assert {e["name"].removesuffix("_compact_tail") for e in entries} == code_test
+    for entry in entries:
+        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        code = sass.instructions(tmp_path / entry["file"])
+        base = sass.instructions(sass.OBJECTS / shipped[entry["name"].removesuffix("_compact_tail")]["file"])
+        assert _count(code, r"WARPGROUP\.DEPBAR") < _count(code, r"HGMMA") / 4  # no wgmma serialised
+        # two step forms (an S wait each) where the shipped kernel has five, in under two thirds of its code
+        assert _count(code, r"DEPBAR\.LE gsb0, 0x1") == 2 < _count(base, r"DEPBAR\.LE gsb0, 0x1")
+        assert len(code) < 2 / 3 * len(base)

@@ -18,14 +18,14 @@ DETAILS = """\
 """
 
 HEADER = ('"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed","stall_wait",'
-          '"stall_barrier","stall_wait (Not Issued)"')
+          '"stall_barrier","stall_no_instruction","stall_math","stall_wait (Not Issued)"')
 SASS = f"""\
 "Kernel Name","zyfa_kernel",
 {HEADER}
-"0x10","      MUFU.EX2 R1, R2","30","1,000","25","0","25"
-"0x20","      FADD R3, R1, R3","10","1,000","5","0","5"
-"0x30","      SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR9+0x28028], R2","5","8,000","0","5","0"
-"0x40","  @!P0  BRA 0x30","5","8,000","0","5","0"
+"0x10","      MUFU.EX2 R1, R2","30","1,000","25","0","0","0","25"
+"0x20","      FADD R3, R1, R3","10","1,000","5","0","5","0","5"
+"0x30","      SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR9+0x28028], R2","5","8,000","0","5","0","0","0"
+"0x40","  @!P0  BRA 0x30","5","8,000","0","5","0","0","0"
 """
 
 
@@ -38,6 +38,7 @@ def test_summary_reports_metrics_mix_stalls_and_try_waits(tmp_path):
     assert "| SM Frequency | 1.68 Ghz |" in out and "| Duration | 3.10 ms |" in out
     assert "| BRA | 8,000 | 44.4% |" in out  # 18,000 instructions executed
     assert "| wait | 60.0% |" in out and "| barrier | 20.0% |" in out  # of 50 samples
+    assert "| no_instruction | 10.0% |" in out and "math" not in out  # every reason with samples, and only those
     assert "| MUFU.EX2 | 60.0% |" in out
     assert "- 8,000 (44.4% of the instructions): `SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR9+0x28028], R2`" in out
 
@@ -52,12 +53,12 @@ DETAILS_TWO = DETAILS + f"""\
 PEER_BLOCK = f"""\
 "Kernel Name","void cutlass::device_kernel<Fwd<(int)128, (bool)1>>(T1::Params)",
 {HEADER}
-"0x10","      HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24","2","500","2","0","2"
+"0x10","      HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24","2","500","2","0","0","0","2"
 """
 SECOND = f"""\
 "Kernel Name","zyfa_kernel",
 {HEADER}
-"0x10","      MUFU.EX2 R1, R2","3","7,000","3","0","3"
+"0x10","      MUFU.EX2 R1, R2","3","7,000","3","0","0","0","3"
 """
 
 

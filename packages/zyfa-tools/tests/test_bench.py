@@ -218,6 +218,12 @@ def test_help_teaches_and_bad_arguments_say_why(capsys):
     assert "--calls must be at least 1" in capsys.readouterr().err
 
 
+def test_a_variants_folder_without_a_manifest_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--device", "cpu", "--variants", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert f"--variants {tmp_path}: no manifest.json there" in capsys.readouterr().err
+
+
 def test_fa3_gets_the_shared_inputs_and_descales_per_kv_head(monkeypatch):
     import sys
     import types

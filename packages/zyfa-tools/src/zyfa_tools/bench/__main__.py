@@ -118,14 +118,10 @@ def parse(argv=None) -> tuple[argparse.Namespace, Options]:
         if args.quick or device.type == "cpu":
             sustained = sustained.shortened(10 if device.type == "cuda" else 100)
     dims = [(d, 128) for d in args.head_dims]
-    variants = []
-    if args.variants:
-        import zyfa_kernels
-
-        manifest = args.variants / "manifest.json"
-        if not manifest.is_file():
-            ap.error(f"--variants {args.variants}: no manifest.json there")
-        variants = list(zyfa_kernels.Manifest.from_file(manifest).kernels)
+    try:
+        variants = contenders.load_variants(args.variants) if args.variants else []
+    except ValueError as bad:
+        ap.error(str(bad))
     opts = Options(
         configs=protocol.configurations(args.dtypes, dims, args.seqlens, args.heads, kinds), device=device,
         out=args.out, calls=args.calls, warmup=args.warmup, rounds=args.rounds, idle_s=args.idle,

@@ -19,6 +19,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -99,6 +100,16 @@ def _launch(kernel, config: Config, x: Inputs, name: str) -> Contender:
 def _fits(kernel, config: Config) -> bool:
     dtype = {"bf16": "bf16", "fp8": "fp8e4m3"}[config.dtype]
     return (kernel.dtype, kernel.d_qk, kernel.d_v) == (dtype, config.d_qk, config.d_v)
+
+
+def load_variants(folder: Path) -> list:
+    """The manifest entries of a folder of kernel variants (python -m asmgen.sm90a.experiments FOLDER)."""
+    import zyfa_kernels
+
+    manifest = Path(folder) / "manifest.json"
+    if not manifest.is_file():
+        raise ValueError(f"--variants {folder}: no manifest.json there")
+    return list(zyfa_kernels.Manifest.from_file(manifest).kernels)
 
 
 def zyfa_contenders(config: Config, x: Inputs, target: str, variants=()) -> list[Contender | Skip]:
