@@ -215,6 +215,15 @@ def test_each_microbenchmark_loop_holds_the_instructions_it_measures(tmp_path):
     assert microbench.count(ceiling["ceiling_bf16_split"], "HGMMA.64x64x16") == 16
     assert microbench.count(ceiling["ceiling_fp8_split"], "QGMMA.64x64x32") == 8
     assert all(microbench.count(ceiling[k], "WARPGROUP.DEPBAR") == 1 for k in ceiling)
+    # beside the steps, the second warpgroup's loop: two commit groups a trip (two accumulators), each waited down to
+    # the groups the way of issuing leaves in flight, and no wait between the wgmmas of a group
+    beside = sass.functions(tmp_path / "softmax_alone.cubin")
+    for issue, wgmmas in microbench.BESIDE.items():
+        for step in ("softmax", "softmax_bf16"):
+            code = [text for _, text in beside[f"{step}_beside_{issue}"]]
+            waits = [re.search(r"gsb0, (0x\d)", c).group(1) for c in code if "WARPGROUP.DEPBAR" in c]
+            assert _count(code, r"\bQGMMA\b") == 2 * wgmmas
+            assert waits == ([] if not wgmmas else ["0x0"] * 3 if issue == "gemm" else ["0x1", "0x1", "0x0"])
     # and the check can fail: a claim that a loop does not hold is reported by kernel
     problems = microbench.check(tmp_path / "pipes.cubin", {"pipe_ex2": {"FMNMX": 8}, "pipe_missing": {}})
     assert [p.split(":")[0] for p in problems] == ["pipe_ex2", "pipe_missing"]

@@ -9,7 +9,9 @@ and SM sub-partition at 1, 2 and 4 warps per sub-partition, and at 4 the cycles 
 sum of its two rates means the two share a pipe, their maximum that they do not). softmax_alone.cu: the FP8
 consumer's exact-P softmax step (softmax_fp8.cuh) in a loop without the kernel around it, whole, as lean P or
 without one part, and the BF16 kernels' step, at 1 and 2 warps per sub-partition (the cycles per step that a
-sub-partition completes), and beside another warpgroup's back-to-back QK^T-shaped wgmmas. gemm_ceiling.cu: the
+sub-partition completes), and both steps beside another warpgroup's QK^T-shaped wgmmas: waited for group by group
+(gemm), kept in the tensor pipe's queue (queued), or issued faster than the pipe takes them, so that its warps stall
+in the issue as a ping-pong consumer's do while its partner's GEMMs run (blocked). gemm_ceiling.cu: the
 key-tile step's GEMMs alone (QK^T from shared memory and P V from registers, d = 128, e4m3 and BF16, two
 warpgroups per SM, random operands; `_split`: the QK^T as two GEMMs of 64 keys), timed for long enough that the
 clock settles: the TFLOP/s and SM clock the kernels' own GEMMs sustain, beside torch's GEMMs of 8192^3 (BF16, and
@@ -33,7 +35,9 @@ from .. import SOURCE_DIR, compile_cubin, sass
 HERE = Path(__file__).parent
 ITERATIONS = {"pipes": 4096, "softmax_alone": 256, "gemm_ceiling": 131072}
 GEMM_SHARED_BYTES = 32768  # softmax_beside_*: a 64 x 128 and a 128 x 128 e4m3 tile, 1024-byte aligned
-GEMM_GROUP_CYCLES = 256  # four m64n128k32 e4m3 wgmmas: 64 * 128 * 128 FMA at 4096 per cycle and SM
+WGMMA_CYCLES = 64  # one m64n128k32 e4m3 wgmma: 64 * 128 * 32 FMA at 4096 per cycle and SM
+# softmax_beside_*: how the second warpgroup issues (softmax_alone.cu's Issue) -> wgmmas per commit group
+BESIDE = {"idle": 0, "gemm": 4, "queued": 4, "blocked": 16}
 SUBPARTITIONS = 4
 CEILING_SHARED_BYTES = 96 * 1024 + 1024  # gemm_ceiling.cu's operands, 1024-byte aligned
 CEILING_STEP_FLOP = 2 * (2 * 64 * 128 * 128)  # per warpgroup and step: QK^T and P V, 64 x 128 x 128 MACs each
@@ -74,8 +78,9 @@ KERNELS = {
         "softmax_no_row_maxima": {**_STEP, "MUFU.EX2": 64, "FMNMX": 0},
         "softmax_no_add_tile": _STEP,
         "softmax_bf16": {"MUFU.EX2": 66, "FMNMX": 74, "F2FP.BF16.F32.PACK_AB": 32},
-        "softmax_beside_idle": _STEP,
-        "softmax_beside_gemm": _STEP,
+        **{f"softmax_beside_{issue}": _STEP for issue in BESIDE},
+        **{f"softmax_bf16_beside_{issue}": {"MUFU.EX2": 66, "FMNMX": 74, "F2FP.BF16.F32.PACK_AB": 32}
+           for issue in BESIDE},
     },
     "gemm_ceiling": {
         "ceiling_fp8": {"QGMMA": 8, "HGMMA": 0},
@@ -162,7 +167,7 @@ class _Driver:
         return out
 
     def cycles(self, function, threads: int, iters: int, shared: int = 0):
-        """Each warp's cycles (or, in softmax_beside_gemm's second warpgroup, its wgmma groups), (CTA, warp), for a
+        """Each warp's cycles (or, in a softmax_beside kernel's second warpgroup, its wgmma groups), (CTA, warp), for a
         launch of one CTA per SM (the second of two launches); None where the launch is refused (registers)."""
         torch = self.torch
         cycles = torch.zeros(self.sms, threads // 32, dtype=torch.int32, device="cuda")
@@ -223,7 +228,7 @@ def run(folder: Path) -> str:
     steps = ITERATIONS["softmax_alone"]
     functions = driver.functions(folder / "softmax_alone.cubin", KERNELS["softmax_alone"])
     for name, function in functions.items():
-        if name.startswith("softmax_beside"):
+        if "_beside_" in name:
             continue
         print(name, file=sys.stderr)
         cells = []
@@ -231,17 +236,21 @@ def run(folder: Path) -> str:
             cycles = driver.cycles(function, 32 * SUBPARTITIONS * warps, steps)
             cells.append("-" if cycles is None else f"{cycles.median().item() / steps / warps:.0f}")
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
-    rows += ["", "| beside the softmax warpgroup | its cycles per step | tensor pipe busy |", "|---|---|---|"]
-    for name in ("softmax_beside_idle", "softmax_beside_gemm"):
-        print(name, file=sys.stderr)
-        cycles = driver.cycles(functions[name], 2 * 32 * SUBPARTITIONS, steps, GEMM_SHARED_BYTES)
-        if cycles is None:
-            rows.append(f"| {name.removeprefix('softmax_beside_')} | - | - |")
-            continue
-        softmax = cycles[:, :SUBPARTITIONS].median().item()
-        groups = cycles[:, SUBPARTITIONS:].median().item() if name.endswith("gemm") else 0.0
-        rows.append(f"| {name.removeprefix('softmax_beside_')} | {softmax / steps:.0f} | "
-                    f"{groups * GEMM_GROUP_CYCLES / softmax:.0%} |")
+    rows += ["", "| warpgroup beside the softmax's | FP8 step: cycles per step | tensor pipe busy | BF16 step: cycles "
+             "per step | tensor pipe busy |", "|---|---|---|---|---|"]
+    for issue, wgmmas in BESIDE.items():
+        cells = []
+        for step in ("softmax", "softmax_bf16"):
+            name = f"{step}_beside_{issue}"
+            print(name, file=sys.stderr)
+            cycles = driver.cycles(functions[name], 2 * 32 * SUBPARTITIONS, steps, GEMM_SHARED_BYTES)
+            if cycles is None:
+                cells += ["-", "-"]
+                continue
+            softmax = cycles[:, :SUBPARTITIONS].median().item()
+            groups = cycles[:, SUBPARTITIONS:].median().item() if wgmmas else 0.0
+            cells += [f"{softmax / steps:.0f}", f"{groups * wgmmas * WGMMA_CYCLES / softmax:.0%}"]
+        rows.append(f"| {issue} | " + " | ".join(cells) + " |")
     return "\n".join(rows + [""] + ceiling(driver, folder))
 
 

@@ -1,8 +1,8 @@
 // The FP8 consumer's softmax step (O += acc, then from softmax_fp8.cuh the lazy row maxima, exact P, its e4m3
 // packing, the rescale and the rounded-P row sums) on registers in a loop, without the kernel around it: its cycles
-// alone, beside a second warp on the sub-partition, without one of its parts, and beside another warpgroup's wgmmas;
-// and the BF16 kernels' step (softmax_bf16.cuh) beside it. microbench.py builds, checks and runs the kernels. The
-// scores stay below m + tau, as in most steps of a long row.
+// alone, beside a second warp on the sub-partition, without one of its parts, and beside another warpgroup's wgmmas
+// issued in three ways; and the BF16 kernels' step (softmax_bf16.cuh) the same ways. microbench.py builds, checks
+// and runs the kernels. The scores stay below m + tau, as in most steps of a long row.
 #include "config.cuh"
 #include "softmax_bf16.cuh"
 #include "softmax_fp8.cuh"
@@ -109,49 +109,76 @@ SOFTMAX_KERNEL(softmax_no_row_maxima, kNoRowMaxima)
 SOFTMAX_KERNEL(softmax_no_add_tile, kNoAddTile)
 SOFTMAX_KERNEL(softmax_bf16, kBf16)
 
-// 256 threads: warpgroup 0 runs the steps, warpgroup 1 issues back-to-back QK^T-shaped wgmmas (four m64n128k32
-// from shared memory per commit group) until all of warpgroup 0 is done (softmax_beside_gemm), or idles
-// (softmax_beside_idle); its warps write the number of groups they completed where their cycles would go.
-template <bool kGemm>
+// How warpgroup 1 keeps the tensor pipe busy beside the softmax warpgroup (softmax_beside): not at all; with
+// commit groups of four QK^T-shaped m64n128k32 e4m3 wgmmas from shared memory (64 cycles of the pipe each), each
+// waited for before the next is issued (gemm: the pipe about half busy, the warps asleep in their waits); groups
+// of four with one left in flight (queued: the pipe busy, the next group in the pipe's queue, the warps asleep in
+// their waits); groups of sixteen with one in flight (blocked: the pipe busy and the warps stalled in issuing the
+// wgmmas its queue cannot take yet, as a consumer is while its partner's GEMMs run).
+enum Issue { kIdle, kGemm, kQueued, kBlocked };
+template <Issue kIssue>
+struct IssueShape {
+  static constexpr int kWgmmas = kIssue == kBlocked ? 16 : 4;  // per commit group
+  static constexpr int kInFlight = kIssue == kGemm ? 0 : 1;    // groups left running by each wait
+};
+
+// 256 threads: warpgroup 0 runs the steps of `kPart`, warpgroup 1 issues wgmmas as `kIssue` says until all of
+// warpgroup 0 is done; its warps write the number of groups they completed where their cycles would go.
+template <Part kPart, Issue kIssue>
 __device__ __forceinline__ void softmax_beside(uint32_t* cycles, uint32_t* sink, int iters) {
   extern __shared__ __align__(1024) uint8_t smem[];
   __shared__ volatile int done;
   if (threadIdx.x == 0) done = 0;
   __syncthreads();
   if (threadIdx.x < kThreadsPerWarpgroup) {
-    softmax_steps<kAll>(cycles, sink, iters, threadIdx.x / 32);
+    softmax_steps<kPart>(cycles, sink, iters, threadIdx.x / 32);
     asm volatile("bar.sync %0, 128;" ::"r"(kSoftmaxBarrier));
     if (threadIdx.x == 0) done = 1;
     return;
   }
-  if constexpr (kGemm) {
+  if constexpr (kIssue != kIdle) {
+    using Shape = IssueShape<kIssue>;
     const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023) & ~1023u;
     const uint64_t a = smem_desc_sw128(base, 16, kAtomBytes);
     const uint64_t b = smem_desc_sw128(base + kRowsPerConsumer * kAtomRowBytes, 16, kAtomBytes);
-    float acc[64];
+    // Two accumulators taking turns: a group in flight never shares its registers with the next one (else ptxas
+    // waits after every wgmma).
+    float acc[2][64];
 #pragma unroll
-    for (int r = 0; r < 64; ++r) acc[r] = 0.0f;
-    uint32_t groups = 0;
-    while (!done) {
+    for (int r = 0; r < 64; ++r) acc[0][r] = acc[1][r] = 0.0f;
+    auto group = [&](float(&d)[64]) {
       wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < 4; ++k)
-        wgmma_m64n128k32_ss_e4m3(acc, smem_desc_advance(a, 32 * k), smem_desc_advance(b, 32 * k), k > 0);
+      for (int k = 0; k < Shape::kWgmmas; ++k)
+        wgmma_m64n128k32_ss_e4m3(d, smem_desc_advance(a, 32 * (k % 4)), smem_desc_advance(b, 32 * (k % 4)), k > 0);
       wgmma_commit();
-      wgmma_wait<0>();
-      ++groups;
+      wgmma_wait<Shape::kInFlight>();
+    };
+    uint32_t groups = 0;
+    while (!done) {
+      group(acc[0]);
+      group(acc[1]);
+      groups += 2;
     }
+    wgmma_wait<0>();
     float x = 0.0f;
 #pragma unroll
-    for (int r = 0; r < 64; ++r) x += acc[r];
+    for (int r = 0; r < 64; ++r) x += acc[0][r] + acc[1][r];
     sink[blockIdx.x * blockDim.x + threadIdx.x] = __float_as_uint(x);
     if (threadIdx.x % 32 == 0) cycles[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = groups;
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) softmax_beside_idle(uint32_t* cycles, uint32_t* sink, int iters) {
-  softmax_beside<false>(cycles, sink, iters);
-}
-extern "C" __global__ void __launch_bounds__(256) softmax_beside_gemm(uint32_t* cycles, uint32_t* sink, int iters) {
-  softmax_beside<true>(cycles, sink, iters);
-}
+#define SOFTMAX_BESIDE_KERNEL(name, part, issue)                                                                \
+  extern "C" __global__ void __launch_bounds__(256) name(uint32_t* cycles, uint32_t* sink, int iters) {        \
+    softmax_beside<part, issue>(cycles, sink, iters);                                                           \
+  }
+
+SOFTMAX_BESIDE_KERNEL(softmax_beside_idle, kAll, kIdle)
+SOFTMAX_BESIDE_KERNEL(softmax_beside_gemm, kAll, kGemm)
+SOFTMAX_BESIDE_KERNEL(softmax_beside_queued, kAll, kQueued)
+SOFTMAX_BESIDE_KERNEL(softmax_beside_blocked, kAll, kBlocked)
+SOFTMAX_BESIDE_KERNEL(softmax_bf16_beside_idle, kBf16, kIdle)
+SOFTMAX_BESIDE_KERNEL(softmax_bf16_beside_gemm, kBf16, kGemm)
+SOFTMAX_BESIDE_KERNEL(softmax_bf16_beside_queued, kBf16, kQueued)
+SOFTMAX_BESIDE_KERNEL(softmax_bf16_beside_blocked, kBf16, kBlocked)
