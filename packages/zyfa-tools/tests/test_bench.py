@@ -32,8 +32,11 @@ class RecordingClock(Clock):
     """Records which contender is timed when, and the idle periods, without timing anything."""
 
     def __init__(self):
-        self.order, self.slept = [], []
+        self.order, self.slept, self.settled = [], [], []
         super().__init__(torch.device("cpu"), sleep=self.slept.append)
+
+    def settle(self, fns, seconds):
+        self.settled.append(([fn() for fn in fns], seconds, len(self.order)))
 
     def kernel_ms(self, fn, calls, warmup):
         self.order.append(fn())
@@ -70,6 +73,20 @@ def test_rounds_rotate_the_order_and_long_sequences_start_idle(fake_run):
     assert row["kernel_ms_runs"] == [1.0, 1.0, 1.0] and row["eager_ms"] == 2.0
     assert row["tflops"] == pytest.approx(configs[0].flops / 1.0 / 1e9)
     assert results["skips"][0]["reason"] == "not installed"
+
+
+def test_each_configuration_settles_its_contenders_before_the_first_round(fake_run):
+    configs = [Config("bf16", 128, 128, s, 32, 32) for s in (2048, 4096)]
+    _, clock = fake_run(configs, settle_s=1.5)
+    # all contenders, before any timing of the configuration (3 contenders x 3 rounds each)
+    assert clock.settled == [(list("abc"), 1.5, 0), (list("abc"), 1.5, 9)]
+    assert fake_run(configs)[1].settled == []  # settle_s 0: none
+
+
+def test_settle_calls_every_contender_until_the_time_is_up():
+    calls = []
+    Clock(torch.device("cpu")).settle([lambda: calls.append("a"), lambda: calls.append("b")], 0.01)
+    assert calls[:2] == ["a", "b"] and len(calls) % 2 == 0
 
 
 def test_sustained_mode_idles_warms_and_repeats():

@@ -47,7 +47,7 @@ On the CPU (--device cpu) the defaults shrink to S = 128 and 256, 4 query heads,
 no idle time: a dry run of the pipeline, not a measurement."""
 
 QUICK = {"seqlens": [2048, 8192], "calls": 20, "warmup": 20, "idle": 1.0}
-CPU = {"seqlens": [128, 256], "heads": 4, "calls": 2, "warmup": 1, "idle": 0.0}
+CPU = {"seqlens": [128, 256], "heads": 4, "calls": 2, "warmup": 1, "idle": 0.0, "settle": 0.0}
 
 
 def parse(argv=None) -> tuple[argparse.Namespace, Options]:
@@ -72,6 +72,9 @@ def parse(argv=None) -> tuple[argparse.Namespace, Options]:
     ap.add_argument("--rounds", type=int, default=protocol.ROUNDS, help="rounds, the contenders' order rotated")
     ap.add_argument("--idle", type=float, help=f"seconds idle before S >= {protocol.LONG_SEQLEN} "
                                                f"(default {protocol.IDLE_BEFORE_LONG_S})")
+    ap.add_argument("--settle", type=float,
+                    help=f"seconds of the contenders' calls back to back, untimed, before a configuration's first "
+                         f"round (default {protocol.SETTLE_S}): the first calls after a pause run at a higher clock")
     ap.add_argument("--inputs", choices=("gaussian", "activation"),
                     help="gaussian (std 0.1, the default) or activation-like (the default with --sustained)")
     ap.add_argument("--contenders", nargs="+", metavar="NAME", default=[],
@@ -93,7 +96,7 @@ def parse(argv=None) -> tuple[argparse.Namespace, Options]:
         ap.error("--device cuda: torch sees no GPU (torch.cuda.is_available() is False)")
     device = torch.device(args.device)
     defaults = {"seqlens": list(protocol.SEQLENS), "calls": protocol.CALLS, "warmup": protocol.WARMUP,
-                "idle": protocol.IDLE_BEFORE_LONG_S, "heads": None}
+                "idle": protocol.IDLE_BEFORE_LONG_S, "settle": protocol.SETTLE_S, "heads": None}
     if args.sustained:
         defaults["seqlens"] = [8192]
     if args.quick:
@@ -106,8 +109,8 @@ def parse(argv=None) -> tuple[argparse.Namespace, Options]:
     for name in ("calls", "rounds"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-    if args.warmup < 0 or args.idle < 0:
-        ap.error("--warmup and --idle must not be negative")
+    if args.warmup < 0 or args.idle < 0 or args.settle < 0:
+        ap.error("--warmup, --idle and --settle must not be negative")
     unknown = sorted(set(args.contenders) - set(contenders.names(device)))
     if unknown:
         ap.error(f"--contenders {unknown}: not contenders on {device.type}; they are {contenders.names(device)}")
@@ -124,7 +127,7 @@ def parse(argv=None) -> tuple[argparse.Namespace, Options]:
         ap.error(str(bad))
     opts = Options(
         configs=protocol.configurations(args.dtypes, dims, args.seqlens, args.heads, kinds), device=device,
-        out=args.out, calls=args.calls, warmup=args.warmup, rounds=args.rounds, idle_s=args.idle,
+        out=args.out, calls=args.calls, warmup=args.warmup, rounds=args.rounds, idle_s=args.idle, settle_s=args.settle,
         inputs=args.inputs or ("activation" if args.sustained else "gaussian"), sustained=sustained,
         error_heads=args.error_heads, error_max_seqlen=args.error_max_seqlen, only=args.contenders,
         plots=not args.no_plots, seed=args.seed, variants=variants)

@@ -3,7 +3,9 @@
 Causal MHA and GQA 4:1, batch 1, S from 2K to 32K with max(32, 262144/S) query heads, Gaussian q, k, v with std 0.1
 (or activation-like ones); throughput = B H S^2 (d_qk + d_v) / time. A measurement is the mean of `calls` calls after
 `warmup` calls: kernel-only device time from a CUDA graph of the calls (torch.profiler's kernel times where a call
-cannot be captured) and the eager time per call from events around back-to-back calls. The sustained-clock mode
+cannot be captured) and the eager time per call from events around back-to-back calls. Before a configuration's
+first round its contenders run back to back for SETTLE_S (Clock.settle): the first tens of milliseconds after any
+pause run at a higher clock than the rest, and they went to whichever contender came first. The sustained-clock mode
 times back-to-back calls after an idle period and a warm-up instead (Sustained).
 """
 
@@ -28,6 +30,7 @@ HEAD_DIMS = ((128, 128), (192, 128))
 DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 GQA_GROUP = 4
 CALLS, WARMUP, ROUNDS = 100, 500, 3
+SETTLE_S = 1.0  # seconds of the contenders' calls before a configuration's first round
 IDLE_BEFORE_LONG_S, LONG_SEQLEN = 5.0, 16384
 
 
@@ -201,6 +204,15 @@ class Clock:
             self.sync()
         total_us = sum(getattr(e, "self_device_time_total", 0.0) for e in prof.key_averages())
         return total_us / 1e3 / calls
+
+    def settle(self, fns, seconds: float) -> None:
+        """Calls `fns` in turn, back to back, for `seconds` (untimed): the clock the rounds then run at is the one
+        the GPU holds under this load."""
+        end = time.perf_counter() + seconds
+        while fns and time.perf_counter() < end:
+            for fn in fns:
+                fn()
+            self.sync()
 
     def sustained_ms(self, fn, mode: Sustained) -> list[float]:
         """Mean time of one call in each repetition of the sustained-clock mode."""

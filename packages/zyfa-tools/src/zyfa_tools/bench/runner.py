@@ -25,6 +25,7 @@ class Options:
     warmup: int
     rounds: int
     idle_s: float
+    settle_s: float = 0.0  # the contenders' calls back to back before the first round (Clock.settle)
     inputs: str = "gaussian"
     sustained: Sustained | None = None  # the sustained-clock mode instead of graph timing
     error_heads: int = 4
@@ -70,6 +71,8 @@ def measure(config: Config, opts: Options, clock: Clock) -> tuple[list[dict], li
     eager = {c.name: [] for c in ready}
     methods = {}
     rounds = 1 if opts.sustained else opts.rounds
+    if not opts.sustained and opts.settle_s:
+        clock.settle([c.call for c in ready], opts.settle_s)
     for rnd in range(rounds):
         order = ready[rnd % len(ready):] + ready[:rnd % len(ready)] if ready else []
         for contender in order:
@@ -109,6 +112,7 @@ def run(opts: Options, clock: Clock | None = None) -> dict:
     results = {
         "machine": machine.describe(opts.device),
         "protocol": {"calls": opts.calls, "warmup": opts.warmup, "rounds": opts.rounds, "idle_s": opts.idle_s,
+                     "settle_s": opts.settle_s,
                      "idle_from_seqlen": LONG_SEQLEN, "inputs": opts.inputs,
                      "sustained": asdict(opts.sustained) if opts.sustained else None,
                      "error_heads": opts.error_heads, "error_max_seqlen": opts.error_max_seqlen,
