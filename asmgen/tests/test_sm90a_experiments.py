@@ -400,3 +400,25 @@ def test_the_compact_tail_patch_masks_the_diagonal_step_inside_the_code_test_loo
         # two step forms (an S wait each) where the shipped kernel has five, in under two thirds of its code
         assert _count(code, r"DEPBAR\.LE gsb0, 0x1") == 2 < _count(base, r"DEPBAR\.LE gsb0, 0x1")
         assert len(code) < 2 / 3 * len(base)
+
+
+def test_the_late_turn_patch_passes_the_turn_after_the_chosen_exponentials_in_every_step(tmp_path):
+    names = ["late_turn1", "late_turn8", "late_turn16"]
+    entries = experiments.build_patched(tmp_path, "late_turn.patch", names, ["bf16"])
+    shipped = {k["name"]: k for k in sm90a.BF16_KERNELS if k["code_test"]}
+    assert {e["name"].rsplit("_late_turn", 1)[0] for e in entries} == set(shipped) and len(entries) == 3 * len(shipped)
+    for entry in entries:
+        pairs = int(entry["name"].rsplit("_late_turn", 1)[1])
+        base = shipped[entry["name"].rsplit("_late_turn", 1)[0]]
+        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        assert entry["shared_bytes"] == base["shared_bytes"] + 16  # the two turn mbarriers
+        code = sass.instructions(tmp_path / entry["file"])
+        assert _count(code, r"WARPGROUP\.DEPBAR") == _counts(tmp_path / entry["file"], base, r"WARPGROUP\.DEPBAR")[1]
+        assert _count(code, r"BAR\.(SYNC|ARV) R") == 0  # no named-barrier turns left
+        # in each step form (an S wait each) the turn's arrival (the one that keeps its state) follows exactly the
+        # first `pairs` pairs' exponentials
+        waits = [i for i, c in enumerate(code) if "DEPBAR.LE gsb0, 0x1" in c]
+        assert len(waits) == 5
+        for i in waits:
+            j = next(k for k in range(i, len(code)) if re.search(r"SYNCS\.ARRIVE\.TRANS64\.A1T0 R\d", code[k]))
+            assert _count(code[i:j], r"MUFU\.EX2") == 2 * pairs
