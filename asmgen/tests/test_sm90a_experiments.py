@@ -422,3 +422,22 @@ def test_the_late_turn_patch_passes_the_turn_after_the_chosen_exponentials_in_ev
         for i in waits:
             j = next(k for k in range(i, len(code)) if re.search(r"SYNCS\.ARRIVE\.TRANS64\.A1T0 R\d", code[k]))
             assert _count(code[i:j], r"MUFU\.EX2") == 2 * pairs
+
+
+def test_the_first_pair_patch_runs_tile_0s_softmax_under_tile_1s_qk(tmp_path):
+    entries = experiments.build_patched(tmp_path, "first_pair.patch", ["first_pair"], ["bf16"])
+    shipped = {k["name"]: k for k in sm90a.BF16_KERNELS}
+    # d_qk = 192 spills with it and is not built
+    assert [e["name"] for e in entries] == ["sm90a_fwd_bf16_d128_code_test_pingpong_first_pair"]
+    entry = entries[0]
+    base = shipped[entry["name"].removesuffix("_first_pair")]
+    assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+    code = sass.instructions(tmp_path / entry["file"])
+    assert _count(code, r"\bHGMMA\b") == _counts(tmp_path / entry["file"], base, r"\bHGMMA\b")[1] + 24  # the pair
+    assert _count(code, r"WARPGROUP\.DEPBAR") < _count(code, r"HGMMA") / 4  # no wgmma serialised
+    # the pair's turn: 16 QK^T wgmmas, then tile 0's 64 exponentials between the waits for its S and tile 1's
+    first = next(i for i, c in enumerate(code) if "DEPBAR.LE gsb0, 0x1" in c)
+    second = next(i for i in range(first + 1, len(code)) if "WARPGROUP.DEPBAR" in code[i])
+    assert "gsb0, 0x0" in code[second] and _count(code[first:second], r"MUFU\.EX2") == 64
+    issue = [i for i in range(first) if re.search(r"\bHGMMA\b", code[i])][-16:]
+    assert all("gdesc" in code[i] and "tnspB" not in code[i] for i in issue)  # both QK^T: A and B from shared memory
