@@ -441,3 +441,16 @@ def test_the_first_pair_patch_runs_tile_0s_softmax_under_tile_1s_qk(tmp_path):
     assert "gsb0, 0x0" in code[second] and _count(code[first:second], r"MUFU\.EX2") == 64
     issue = [i for i in range(first) if re.search(r"\bHGMMA\b", code[i])][-16:]
     assert all("gdesc" in code[i] and "tnspB" not in code[i] for i in issue)  # both QK^T: A and B from shared memory
+
+
+def test_the_k_first_patch_gives_the_producer_a_first_k_load_ahead_of_q(tmp_path):
+    entries = experiments.build_patched(tmp_path, "k_first.patch", ["k_first"], ["bf16"])
+    shipped = {k["name"]: k for k in sm90a.BF16_KERNELS}
+    assert {e["name"].removesuffix("_k_first") for e in entries} == set(shipped)
+    for entry in entries:
+        base = shipped[entry["name"].removesuffix("_k_first")]
+        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        boxes = -(-base["d_qk"] // 64)  # a K tile's TMA boxes of 64 columns
+        loads = _counts(tmp_path / entry["file"], base, r"\bUTMALDG\b")
+        assert loads[0] == loads[1] + boxes
+        assert len(set(_counts(tmp_path / entry["file"], base, r"\bHGMMA\b"))) == 1  # the consumers as shipped
