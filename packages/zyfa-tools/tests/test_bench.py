@@ -85,8 +85,14 @@ def test_each_configuration_settles_its_contenders_before_the_first_round(fake_r
 
 def test_settle_calls_every_contender_until_the_time_is_up():
     calls = []
-    Clock(torch.device("cpu")).settle([lambda: calls.append("a"), lambda: calls.append("b")], 0.01)
-    assert calls[:2] == ["a", "b"] and len(calls) % 2 == 0
+
+    def failing():
+        calls.append("x")
+        raise RuntimeError("a peer that fails")
+
+    Clock(torch.device("cpu")).settle([lambda: calls.append("a"), failing, lambda: calls.append("b")], 0.01)
+    assert calls[:3] == ["a", "x", "b"] and calls.count("x") == 1  # a failing call is left out after its first
+    assert calls.count("a") == calls.count("b") > 1
 
 
 def test_sustained_mode_idles_warms_and_repeats():
