@@ -46,6 +46,7 @@ GEMM_SIZE = 8192  # torch's GEMMs beside the ceiling kernels
 # Per kernel: the instructions of one loop iteration that it measures (SASS opcode prefix -> count). The build
 # checks them; the pipe kernels' cycles per instruction come from them. The softmax's are the shipped step's.
 _STEP = {"MUFU.EX2": 66, "FMNMX": 74, "F2FP.SATFINITE.E4M3": 32, "F2FP.F16.E4M3.UNPACK_B": 32}
+_BF16_STEP = {"MUFU.EX2": 66, "FMNMX": 74, "F2FP.BF16.F32.PACK_AB": 32}
 KERNELS = {
     "pipes": {
         "pipe_ex2": {"MUFU.EX2": 8},
@@ -77,10 +78,9 @@ KERNELS = {
         "softmax_no_row_sums": {**_STEP, "F2FP.F16.E4M3.UNPACK_B": 0},
         "softmax_no_row_maxima": {**_STEP, "MUFU.EX2": 64, "FMNMX": 0},
         "softmax_no_add_tile": _STEP,
-        "softmax_bf16": {"MUFU.EX2": 66, "FMNMX": 74, "F2FP.BF16.F32.PACK_AB": 32},
+        "softmax_bf16": _BF16_STEP,
         **{f"softmax_beside_{issue}": _STEP for issue in BESIDE},
-        **{f"softmax_bf16_beside_{issue}": {"MUFU.EX2": 66, "FMNMX": 74, "F2FP.BF16.F32.PACK_AB": 32}
-           for issue in BESIDE},
+        **{f"softmax_bf16_beside_{issue}": _BF16_STEP for issue in BESIDE},
     },
     "gemm_ceiling": {
         "ceiling_fp8": {"QGMMA": 8, "HGMMA": 0},
