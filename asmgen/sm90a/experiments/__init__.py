@@ -23,8 +23,12 @@ end of the softmax; both measured slower; fixed_slots.patch: key tile kt of ever
 that the BF16 code-test kernels keep their wgmma descriptors in uniform registers, measured level; prefetch_q.patch:
 the producer pulls the next job's Q into L2, measured slower; v_stages.patch: a V ring (or K ring) one slot deeper
 than the other, BF16 d = 128, measured level; split_qk.patch: the BF16 code-test kernels' QK^T as two GEMMs of 64
-keys, the first half's P written while the second runs, measured slower; release_after_issue.patch: a step's V
-slot released after the next step's GEMM issue, prepared, not measured), the FMA-pipe
+keys, the first half's P written while the second runs, measured slower; prepared, not measured:
+release_after_issue.patch, a step's V slot released after the next step's GEMM issue; compact_tail.patch, the
+code-test loop's diagonal step masked by a flag inside its two step forms; late_turn.patch, the ping-pong turns
+passed on mbarriers after a chosen number of each step's exponentials; first_pair.patch, a query tile's first two
+QK^T in one turn; k_first.patch, a query tile's first K loaded before its Q; lean_epilogue.patch, a query tile's
+rows finished under its last P V, the lse by lg2.approx and O's row addresses from one base), the FMA-pipe
 exponential the BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks), and
 microbenchmarks of the FP8 softmax's pipes and of its step alone, and the tensor pipe's rate under the kernels'
 GEMMs (pipes.cu, softmax_alone.cu, gemm_ceiling.cu: `python -m asmgen.sm90a.experiments.microbench`), and the
