@@ -7,7 +7,8 @@ group (`gsb0, 0x0`) after an issue of two commit groups (QK^T and P V), and all 
 consumer's GEMMs are what run under it). A report row gives the instructions (NOPs left out) and exponentials
 (MUFU.EX2) under P V, where the barrier arrives stand among them (K slot and Q releases), and the exposed
 instructions and exponentials, counted in address order up to the next HGMMA/QGMMA or S wait. Steps in address
-order: the steady step, then the diagonal step.
+order: the steady step, then the diagonal step. Per cubin the report also counts the instructions of a query tile's
+epilogue from its last P V's wait to O's last store (`epilogue`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ _FUNCTION = re.compile(r"\n\s*Function : (\S+)")
 LOCAL_MEMORY = re.compile(r"\b(LDL|STL)\b")
 S_WAIT = "WARPGROUP.DEPBAR.LE gsb0, 0x1"
 PV_WAIT = "WARPGROUP.DEPBAR.LE gsb0, 0x0"
+_O_STORE = re.compile(r"STG\.E\.128|UBLKCP")  # O's 16-byte stores (staged) or bulk copies (epilogue.cuh)
 
 
 def _is_gemm(text: str) -> bool:
@@ -93,16 +95,27 @@ def steps(code: list[str]) -> list[Step]:
     return out
 
 
+def epilogue(code: list[str]) -> list[str]:
+    """A query tile's epilogue after its last P V: from the P V wait before O's first `stmatrix` (the staged and
+    bulk-copy stores) to O's last 16-byte store or bulk copy, NOPs left out; empty for a cubin without stmatrix."""
+    first = next((i for i, c in enumerate(code) if c.startswith("STSM")), None)
+    if first is None:
+        return []
+    start = max(i for i in range(first) if PV_WAIT in code[i])
+    end = max(i for i, c in enumerate(code) if _O_STORE.search(c))
+    return [c for c in code[start:end + 1] if not c.startswith("NOP")]
+
+
 def report(cubins: list[Path]) -> str:
-    rows = ["| cubin | wgmma | MUFU.EX2 | local memory ops | step | under P V (MUFU.EX2) | arrives at | exposed "
-            "(MUFU.EX2) |", "|---|---|---|---|---|---|---|---|"]
+    rows = ["| cubin | wgmma | MUFU.EX2 | local memory ops | epilogue | step | under P V (MUFU.EX2) | arrives at | "
+            "exposed (MUFU.EX2) |", "|---|---|---|---|---|---|---|---|---|"]
     for cubin in cubins:
         code = instructions(cubin)
         local = sum(bool(LOCAL_MEMORY.search(c)) for c in code)
         gemms, exponentials = sum(map(_is_gemm, code)), sum("MUFU.EX2" in c for c in code)
-        totals = f"{gemms} | {exponentials} | {local}"
+        totals = f"{gemms} | {exponentials} | {local} | {len(epilogue(code)) or '-'}"
         for index, step in enumerate(steps(code)):
-            head = f"| {cubin.stem} | {totals}" if index == 0 else "| | | |"
+            head = f"| {cubin.stem} | {totals}" if index == 0 else "| | | | |"
             rows.append(f"{head} | {index + 1} | {step.under_pv} ({step.exponentials}) | "
                         f"{', '.join(map(str, step.arrives)) or '-'} | {step.exposed} ({step.exposed_exponentials}) |")
     return "\n".join(rows)

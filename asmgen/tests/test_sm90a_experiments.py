@@ -459,13 +459,6 @@ def test_the_k_first_patch_gives_the_producer_a_first_k_load_ahead_of_q(tmp_path
         assert _count(code, r"\bHGMMA\b") == _count(shipped_code, r"\bHGMMA\b")  # the consumers as shipped
 
 
-def _epilogue(code: list[str]) -> list[str]:
-    """A query tile's epilogue in a BF16 kernel with the staged store: from the last P V's wait to the last O store."""
-    first_stmatrix = next(i for i, c in enumerate(code) if "STSM" in c)
-    start = max(i for i in range(first_stmatrix) if "DEPBAR.LE gsb0, 0x0" in code[i])
-    return code[start:max(i for i, c in enumerate(code) if "STG.E.128" in c) + 1]
-
-
 def test_the_lean_epilogue_patch_finishes_the_rows_under_the_last_pv_and_stores_o_from_one_base(tmp_path):
     entries = experiments.build_patched(tmp_path, "lean_epilogue.patch", ["lean_epilogue"], ["bf16"])
     shipped = {k["name"]: k for k in sm90a.BF16_KERNELS}
@@ -485,7 +478,7 @@ def test_the_lean_epilogue_patch_finishes_the_rows_under_the_last_pv_and_stores_
             waited = next(j for j in range(i, len(code)) if "WARPGROUP.DEPBAR" in code[j])
             assert "tnspB" in code[issued] and "gsb0, 0x0" in code[waited]
         # after that wait O leaves in 16-byte stores only, as shipped, in straight-line code half as long
-        epilogue, shipped_epilogue = _epilogue(code), _epilogue(shipped_code)
+        epilogue, shipped_epilogue = sass.epilogue(code), sass.epilogue(shipped_code)
         assert _count(epilogue, r"STG\.E\.128") == _count(shipped_epilogue, r"STG\.E\.128") == 8
         assert _count(epilogue, r"\bBSSY\b|MUFU") == 0 < _count(shipped_epilogue, r"\bBSSY\b")
         assert len(epilogue) < 0.55 * len(shipped_epilogue)

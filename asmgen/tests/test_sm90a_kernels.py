@@ -109,6 +109,17 @@ def test_report_reads_the_fp8_steps_that_wait_for_both_gemms():
         assert {s.exposed_exponentials for s in found} == {2 * 64 + 2 if entry["p_mode"] == "exact" else 2}
 
 
+def test_report_counts_each_kernels_epilogue_from_its_last_pv_wait_to_os_last_store():
+    for entry in sm90a.KERNELS:
+        code = sass.instructions(sass.OBJECTS / entry["file"])
+        epilogue = sass.epilogue(code)
+        bulk = sm90a.epilogue_store(entry["dtype"], entry["p_mode"]) == "bulk"
+        # the whole store of O: staged, 8 stmatrix and 8 16-byte stores a thread; by bulk copies, 8 stmatrix
+        assert epilogue[0] == sass.PV_WAIT and count(epilogue, "STSM") == 8, entry["name"]
+        assert count(epilogue, "UBLKCP" if bulk else "STG.E.128") == (1 if bulk else 8), entry["name"]
+        assert f"| {len(epilogue)} |" in sass.report([sass.OBJECTS / entry["file"]]).splitlines()[2]
+
+
 def test_shipped_kernels_use_no_local_memory():
     for entry in sm90a.BF16_KERNELS:
         assert not any(sass.LOCAL_MEMORY.search(c) for c in sass.instructions(sass.OBJECTS / entry["file"]))
