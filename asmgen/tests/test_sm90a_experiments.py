@@ -485,3 +485,25 @@ def test_the_lean_epilogue_patch_finishes_the_rows_under_the_last_pv_and_stores_
         assert _count(epilogue, stores) == _count(shipped_epilogue, stores), entry["name"]
         assert _count(epilogue, r"MUFU\.RCP|\bCALL\b|\bFFMA\b") == 0 < _count(shipped_epilogue, r"\bCALL\b")
         assert len(epilogue) <= len(shipped_epilogue) - 100, entry["name"]
+
+
+def test_a_patch_names_the_variants_it_adds():
+    assert experiments.patch_variants("late_turn.patch") == ["late_turn1", "late_turn16", "late_turn8"]
+    assert experiments.patch_variants("lean_epilogue.patch") == ["lean_epilogue"]
+    assert experiments.patch_variants("exp2_poly.patch") == []  # built by comprehension: named with --only
+    for patch in experiments.PATCHES:  # what a patch adds is no variant of the unpatched sources
+        assert not set(experiments.patch_variants(patch)) & set(experiments.NAMES), patch
+
+
+def test_the_command_line_builds_several_patches_variants_and_refuses_an_unnamed_one(tmp_path):
+    command = [sys.executable, "-m", "asmgen.sm90a.experiments", str(tmp_path)]
+    result = subprocess.run([*command, "--patch", "exp2_poly.patch"], capture_output=True, text=True)
+    assert result.returncode == 2 and "name its variants with --only" in result.stderr
+    result = subprocess.run([*command, "--patch", "k_first.patch", "late_turn.patch", "--only", "k_first"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "--only goes with one --patch" in result.stderr
+    subprocess.run([*command, "--patch", "k_first.patch", "compact_tail.patch", "--dtype", "bf16"], check=True,
+                   capture_output=True)
+    names = {e["name"] for e in json.loads((tmp_path / "manifest.json").read_text())["kernels"]}
+    code_test = {k["name"] for k in sm90a.BF16_KERNELS if k["code_test"]}
+    assert names == {f"{k['name']}_k_first" for k in sm90a.BF16_KERNELS} | {f"{n}_compact_tail" for n in code_test}

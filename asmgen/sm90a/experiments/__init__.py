@@ -1,6 +1,6 @@
 """Measurement variants of the sm90a kernels: built on request, never shipped.
 
-    python -m asmgen.sm90a.experiments DIR [--only NAME ...] [--dtype bf16|fp8e4m3 ...] [--patch NAME.patch]
+    python -m asmgen.sm90a.experiments DIR [--only NAME ...] [--dtype bf16|fp8e4m3 ...] [--patch NAME.patch ...]
 
 Each variant is a shipped kernel with one choice of its Config changed (a manifest field, or a config_header
 keyword); DIR gets the cubins and a manifest that the benchmarks (python -m zyfa_tools.bench, python -m
@@ -33,14 +33,16 @@ exponential the BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy
 microbenchmarks of the FP8 softmax's pipes and of its step alone, and the tensor pipe's rate under the kernels'
 GEMMs (pipes.cu, softmax_alone.cu, gemm_ceiling.cu: `python -m asmgen.sm90a.experiments.microbench`), and the
 job-table orders timed on the shipped kernels (`python -m asmgen.sm90a.experiments.job_orders`). --patch builds
-a patch's variants in a copy of the generator with the patch applied, the working tree left as it is; variants built
-from differently patched trees into one DIR share its manifest.
+the variants a patch adds (or those --only names) in a copy of the generator with the patch applied, the working
+tree left as it is; several patches build in turn, and variants built from differently patched trees into one DIR
+share its manifest.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -132,10 +134,19 @@ def build_variants(folder: Path, names=None, dtypes=None) -> list[dict]:
     return entries
 
 
+def patch_variants(patch: str) -> list[str]:
+    """The variants the kept patch `patch` adds (its new entries of BF16_VARIANTS and FP8_VARIANTS)."""
+    text = (Path(__file__).parent / patch).read_text()
+    return sorted(set(re.findall(r'^\+\s+"(\w+)": \(', text, re.MULTILINE)))
+
+
 def build_patched(folder: Path, patch: str, names=None, dtypes=None) -> list[dict]:
     """build_variants in a copy of the generator with the kept patch `patch` applied (the working tree stays as it
-    is), into `folder` beside the variants already there; returns the entries of the variants `names` (default:
-    all of the folder's)."""
+    is), into `folder` beside the variants already there; returns the entries of the variants `names` (default: the
+    patch's own, patch_variants)."""
+    names = names or patch_variants(patch)
+    if not names:
+        raise ValueError(f"{patch}: its variants are not entries one can read from it (name them)")
     root = Path(__file__).resolve().parents[3]
     folder = Path(folder).resolve()
     with tempfile.TemporaryDirectory() as tmp:
@@ -147,8 +158,8 @@ def build_patched(folder: Path, patch: str, names=None, dtypes=None) -> list[dic
             shutil.copy(root / name, tree / name)
         subprocess.run(["git", "apply", str(Path(__file__).parent / patch)], cwd=tree, check=True)
         command = [sys.executable, "-m", "asmgen.sm90a.experiments", str(folder)]
-        command += ["--only", *names] if names else []
+        command += ["--only", *names]
         command += ["--dtype", *dtypes] if dtypes else []
         subprocess.run(command, cwd=tree, check=True, stdout=subprocess.DEVNULL)  # its count: this call's
     entries = json.loads((folder / "manifest.json").read_text())["kernels"]
-    return [e for e in entries if not names or any(e["name"].endswith(f"_{name}") for name in names)]
+    return [e for e in entries if any(e["name"].endswith(f"_{name}") for name in names)]

@@ -1,4 +1,4 @@
-"""python -m asmgen.sm90a.experiments DIR [--only NAME ...] [--dtype ...] [--patch NAME]: build the measurement
+"""python -m asmgen.sm90a.experiments DIR [--only NAME ...] [--dtype ...] [--patch NAME ...]: build the measurement
 variants into DIR."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import NAMES, PATCHES, VARIANTS, build_patched, build_variants
+from . import NAMES, PATCHES, VARIANTS, build_patched, build_variants, patch_variants
 from . import __doc__ as doc
 
 
@@ -16,14 +16,20 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder", type=Path)
     ap.add_argument("--only", nargs="+", metavar="NAME", help=f"variants to build (default: all): {', '.join(NAMES)}, "
-                    "or with --patch the patch's own")
+                    "or with one --patch the variants it adds (default: all it adds)")
     ap.add_argument("--dtype", nargs="+", choices=list(VARIANTS), help="of the shipped kernels of these element "
                     "types only (default: all)")
-    ap.add_argument("--patch", choices=PATCHES, help="build in a copy of the generator with this kept patch applied "
-                    "(the working tree stays as it is)")
+    ap.add_argument("--patch", nargs="+", choices=PATCHES, metavar="PATCH", help="build in a copy of the generator "
+                    "with this kept patch applied (the working tree stays as it is), the variants it adds; several "
+                    f"patches each in turn, into one folder (choose from {', '.join(PATCHES)})")
     args = ap.parse_args()
     if args.patch:
-        entries = build_patched(args.folder, args.patch, args.only, args.dtype)
+        if args.only and len(args.patch) > 1:
+            ap.error("--only goes with one --patch: with several, each builds the variants it adds")
+        unnamed = [patch for patch in args.patch if not args.only and not patch_variants(patch)]
+        if unnamed:
+            ap.error(f"--patch {' '.join(unnamed)}: name its variants with --only (the patch's text says which)")
+        entries = [e for patch in args.patch for e in build_patched(args.folder, patch, args.only, args.dtype)]
     else:
         unknown = sorted(set(args.only or ()) - set(NAMES))
         if unknown:
