@@ -234,6 +234,13 @@ def _count(code: list[str], pattern: str) -> int:
     return sum(re.search(pattern, c) is not None for c in code)
 
 
+def _codes(folder: Path, entry: dict, variant: str) -> tuple[dict, list[str], list[str]]:
+    """The shipped kernel a variant `<kernel>_<variant>` of `folder` was built from (its manifest entry), and the
+    variant's and that kernel's instructions."""
+    base = next(k for k in sm90a.KERNELS if k["name"] == entry["name"].removesuffix(f"_{variant}"))
+    return base, sass.instructions(folder / entry["file"]), sass.instructions(sass.OBJECTS / base["file"])
+
+
 def _counts(variant: Path, shipped: dict, pattern: str) -> tuple[int, int]:
     """Instructions that `pattern` matches in a variant's cubin and in its shipped kernel's."""
     return tuple(_count(sass.instructions(path), pattern) for path in (variant, sass.OBJECTS / shipped["file"]))
@@ -361,8 +368,7 @@ def test_the_split_qk_patch_writes_the_first_halfs_p_between_the_waits_for_the_t
     assert {e["name"].removesuffix("_split_qk") for e in entries} == {n for n, k in shipped.items() if k["code_test"]}
     for entry in entries:
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
-        code = sass.instructions(tmp_path / entry["file"])
-        base = sass.instructions(sass.OBJECTS / shipped[entry["name"].removesuffix("_split_qk")]["file"])
+        _, code, base = _codes(tmp_path, entry, "split_qk")
         # every QK^T (A from shared memory) in two N = 64 halves, and no wgmma serialised (a wait after each)
         assert _count(code, r"HGMMA\.64x128x16\S* R\d+, gdesc") == 0 < _count(code, r"HGMMA\.64x64x16")
         assert _count(base, r"HGMMA\.64x128x16\S* R\d+, gdesc") > 0
@@ -381,8 +387,7 @@ def test_the_release_after_issue_patch_builds_every_bf16_kernel_without_serialis
     assert {e["name"].removesuffix("_release_after_issue") for e in entries} == set(shipped)
     for entry in entries:
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
-        code = sass.instructions(tmp_path / entry["file"])
-        base = sass.instructions(sass.OBJECTS / shipped[entry["name"].removesuffix("_release_after_issue")]["file"])
+        _, code, base = _codes(tmp_path, entry, "release_after_issue")
         assert _count(code, r"WARPGROUP\.DEPBAR") <= _count(base, r"WARPGROUP\.DEPBAR")  # no wait after each wgmma
         assert _count(code, r"\bHGMMA\b") == _count(base, r"\bHGMMA\b")
 
@@ -394,8 +399,7 @@ def test_the_compact_tail_patch_masks_the_diagonal_step_inside_the_code_test_loo
     assert {e["name"].removesuffix("_compact_tail") for e in entries} == code_test
     for entry in entries:
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
-        code = sass.instructions(tmp_path / entry["file"])
-        base = sass.instructions(sass.OBJECTS / shipped[entry["name"].removesuffix("_compact_tail")]["file"])
+        _, code, base = _codes(tmp_path, entry, "compact_tail")
         assert _count(code, r"WARPGROUP\.DEPBAR") < _count(code, r"HGMMA") / 4  # no wgmma serialised
         # two step forms (an S wait each) where the shipped kernel has five, in under two thirds of its code
         assert _count(code, r"DEPBAR\.LE gsb0, 0x1") == 2 < _count(base, r"DEPBAR\.LE gsb0, 0x1")
@@ -409,11 +413,9 @@ def test_the_late_turn_patch_passes_the_turn_after_the_chosen_exponentials_in_ev
     assert {e["name"].rsplit("_late_turn", 1)[0] for e in entries} == set(shipped) and len(entries) == 3 * len(shipped)
     for entry in entries:
         pairs = int(entry["name"].rsplit("_late_turn", 1)[1])
-        base = shipped[entry["name"].rsplit("_late_turn", 1)[0]]
+        base, code, shipped_code = _codes(tmp_path, entry, f"late_turn{pairs}")
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
         assert entry["shared_bytes"] == base["shared_bytes"] + 16  # the two turn mbarriers
-        code = sass.instructions(tmp_path / entry["file"])
-        shipped_code = sass.instructions(sass.OBJECTS / base["file"])
         assert _count(code, r"WARPGROUP\.DEPBAR") == _count(shipped_code, r"WARPGROUP\.DEPBAR")
         assert _count(code, r"BAR\.(SYNC|ARV) R") == 0  # no named-barrier turns left
         # in each step form (an S wait each) the turn's arrival (the one that keeps its state) follows exactly the
@@ -427,14 +429,11 @@ def test_the_late_turn_patch_passes_the_turn_after_the_chosen_exponentials_in_ev
 
 def test_the_first_pair_patch_runs_tile_0s_softmax_under_tile_1s_qk(tmp_path):
     entries = experiments.build_patched(tmp_path, "first_pair.patch", ["first_pair"], ["bf16"])
-    shipped = {k["name"]: k for k in sm90a.BF16_KERNELS}
     # d_qk = 192 spills with it and is not built
     assert [e["name"] for e in entries] == ["sm90a_fwd_bf16_d128_code_test_pingpong_first_pair"]
     entry = entries[0]
-    base = shipped[entry["name"].removesuffix("_first_pair")]
+    _, code, shipped_code = _codes(tmp_path, entry, "first_pair")
     assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
-    code = sass.instructions(tmp_path / entry["file"])
-    shipped_code = sass.instructions(sass.OBJECTS / base["file"])
     assert _count(code, r"\bHGMMA\b") == _count(shipped_code, r"\bHGMMA\b") + 24  # the pair
     assert _count(code, r"WARPGROUP\.DEPBAR") < _count(code, r"HGMMA") / 4  # no wgmma serialised
     # the pair's turn: 16 QK^T wgmmas, then tile 0's 64 exponentials between the waits for its S and tile 1's
@@ -450,11 +449,9 @@ def test_the_k_first_patch_gives_the_producer_a_first_k_load_ahead_of_q(tmp_path
     shipped = {k["name"]: k for k in sm90a.BF16_KERNELS}
     assert {e["name"].removesuffix("_k_first") for e in entries} == set(shipped)
     for entry in entries:
-        base = shipped[entry["name"].removesuffix("_k_first")]
+        base, code, shipped_code = _codes(tmp_path, entry, "k_first")
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
         boxes = -(-base["d_qk"] // 64)  # a K tile's TMA boxes of 64 columns
-        code = sass.instructions(tmp_path / entry["file"])
-        shipped_code = sass.instructions(sass.OBJECTS / base["file"])
         assert _count(code, r"\bUTMALDG\b") == _count(shipped_code, r"\bUTMALDG\b") + boxes
         assert _count(code, r"\bHGMMA\b") == _count(shipped_code, r"\bHGMMA\b")  # the consumers as shipped
 
@@ -466,11 +463,9 @@ def test_the_lean_epilogue_patch_finishes_the_rows_under_the_last_pv_and_stores_
     register_a_pv = re.compile(r"[HQ]GMMA\.\S+ R\d+, R\d+, gdesc")  # P V: A (P) from registers
     gemm = r"\b[HQ]GMMA\b"
     for entry in entries:
-        base = shipped[entry["name"].removesuffix("_lean_epilogue")]
+        base, code, shipped_code = _codes(tmp_path, entry, "lean_epilogue")
         assert not entry.get("same_results_as_shipped") and entry["resources"]["local_bytes"] == 0  # the lse's bits
         assert entry["shared_bytes"] == base["shared_bytes"]
-        code = sass.instructions(tmp_path / entry["file"])
-        shipped_code = sass.instructions(sass.OBJECTS / base["file"])
         assert _count(code, gemm) == _count(shipped_code, gemm)  # the key loop as shipped
         # the rows' lse by MUFU.LG2, most between the issue of the tile's last P V and the wait for it (ptxas leaves
         # one of the FP8 kernels' two after the wait)

@@ -26,10 +26,11 @@ def main() -> int:
     if args.patch:
         if args.only and len(args.patch) > 1:
             ap.error("--only goes with one --patch: with several, each builds the variants it adds")
-        unnamed = [patch for patch in args.patch if not args.only and not patch_variants(patch)]
+        plan = {patch: args.only or patch_variants(patch) for patch in args.patch}
+        unnamed = [patch for patch, names in plan.items() if not names]
         if unnamed:
             ap.error(f"--patch {' '.join(unnamed)}: name its variants with --only (the patch's text says which)")
-        entries = [e for patch in args.patch for e in build_patched(args.folder, patch, args.only, args.dtype)]
+        entries = [e for patch, names in plan.items() for e in build_patched(args.folder, patch, names, args.dtype)]
     else:
         unknown = sorted(set(args.only or ()) - set(NAMES))
         if unknown:
