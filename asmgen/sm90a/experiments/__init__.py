@@ -28,7 +28,8 @@ release_after_issue.patch, a step's V slot released after the next step's GEMM i
 code-test loop's diagonal step masked by a flag inside its two step forms; late_turn.patch, the ping-pong turns
 passed on mbarriers after a chosen number of each step's exponentials; first_pair.patch, a query tile's first two
 QK^T in one turn; k_first.patch, a query tile's first K loaded before its Q; lean_epilogue.patch, a query tile's
-rows finished under its last P V, the lse by lg2.approx and O's row addresses from one base), the FMA-pipe
+rows finished under its last P V, the lse by lg2.approx and O's row addresses from one base; tile_edges.patch, the
+last four together, and with O stored under the next tile's first QK^T), the FMA-pipe
 exponential the BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks), and
 microbenchmarks of the FP8 softmax's pipes and of its step alone, and the tensor pipe's rate under the kernels'
 GEMMs (pipes.cu, softmax_alone.cu, gemm_ceiling.cu: `python -m asmgen.sm90a.experiments.microbench`), and the
