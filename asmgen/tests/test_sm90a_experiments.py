@@ -4,6 +4,8 @@ choice changed, and none equal to its shipped kernel is built. Needs nvcc and cu
 
 from __future__ import annotations
 
+import importlib.util
+import itertools
 import json
 import re
 import subprocess
@@ -14,6 +16,7 @@ import pytest
 
 from asmgen import sm90a
 from asmgen.sm90a import experiments, sass
+from zyfa.jobs import balanced_jobs, cta_tiles
 
 
 def test_independent_variants_rebuild_the_bf16_kernels_without_turns(tmp_path):
@@ -244,6 +247,11 @@ def _codes(folder: Path, entry: dict, variant: str) -> tuple[dict, list[str], li
 def _ends_turn(code: list[str], i: int) -> bool:
     """Whether the next wgmma, wgmma wait or named-barrier arrive after instruction i is a turn's release."""
     return next(c for c in code[i + 1:] if re.search(r"HGMMA|DEPBAR|BAR\.ARV", c)).startswith("BAR.ARV")
+
+
+def _waits_for_k(op) -> bool:
+    """Whether a synchronisation model's operation (asmgen/sm90a/protocol.py) waits for a K load."""
+    return op is not None and op[0] == "wait" and op[1].startswith("k_full")
 
 
 def _counts(variant: Path, shipped: dict, pattern: str) -> tuple[int, int]:
@@ -528,6 +536,41 @@ def test_the_tile_edges_patch_combines_the_four_per_tile_patches_in_every_bf16_k
             first = next(i for i, c in enumerate(code) if "DEPBAR.LE gsb0, 0x1" in c)
             second = next(i for i in range(first + 1, len(code)) if "WARPGROUP.DEPBAR" in code[i])
             assert "gsb0, 0x0" in code[second] and _count(code[first:second], r"MUFU\.EX2") >= 64
+
+
+def test_the_tile_edges_patch_keeps_the_protocol_with_k_first_and_the_first_pair():
+    # the patched synchronisation model (its producer's K-first order, the first pair's turns) under random
+    # interleavings of the protocol test's job tables, and the model catches a first pair that skips K1's wait
+    with experiments.patched_tree("tile_edges.patch") as tree:
+        spec = importlib.util.spec_from_file_location("tile_edges_protocol", tree / "asmgen/sm90a/protocol.py")
+        model = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = model  # dataclasses look their module up by name
+        try:
+            spec.loader.exec_module(model)
+            # (batch, heads, heads_k, tiles, grid): test_sm90a_protocol.py's tables
+            tables = [(1, 4, 2, 6, 3), (2, 3, 3, 5, 4), (1, 8, 2, 4, 5)]
+            for stages, (batch, heads, heads_k, num_tiles, grid) in itertools.product((2, 3), tables):
+                cfg = model.Config(stages, pingpong=True, k_first=True, first_pair=True)
+                table = balanced_jobs(batch, heads, num_tiles, grid)
+                for cta in range(table.shape[1]):
+                    for seed in range(4):
+                        assert model.run(cta_tiles(table, cta), heads // heads_k, cfg, seed) > 0
+            consume = model.consume
+
+            def without_k1_wait(*args):  # the first pair's wait for key tile 1's K: the one right after key tile 0's
+                before = None
+                for op in consume(*args):
+                    if not (_waits_for_k(op) and _waits_for_k(before)):
+                        yield op
+                    before = op
+
+            model.consume = without_k1_wait
+            tiles = cta_tiles(balanced_jobs(1, 4, 6, 3), 0)
+            with pytest.raises(model.ProtocolError, match="holds"):
+                for seed in range(200):
+                    model.run(tiles, 2, model.Config(k_first=True, first_pair=True), seed)
+        finally:
+            del sys.modules[spec.name]
 
 
 def test_a_patch_names_the_variants_it_adds():

@@ -41,6 +41,7 @@ share its manifest.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -141,15 +142,11 @@ def patch_variants(patch: str) -> list[str]:
     return sorted(set(re.findall(r'^\+\s+"(\w+)": \(', text, re.MULTILINE)))
 
 
-def build_patched(folder: Path, patch: str, names=None, dtypes=None) -> list[dict]:
-    """build_variants in a copy of the generator with the kept patch `patch` applied (the working tree stays as it
-    is), into `folder` beside the variants already there; returns the entries of the variants `names` (default: the
-    patch's own, patch_variants)."""
-    names = names or patch_variants(patch)
-    if not names:
-        raise ValueError(f"{patch}: its variants are not entries one can read from it (name them)")
+@contextlib.contextmanager
+def patched_tree(patch: str):
+    """A temporary copy of the generator (asmgen/, VERSION and HOST_FILES) with the kept patch `patch` applied; the
+    working tree stays as it is."""
     root = Path(__file__).resolve().parents[3]
-    folder = Path(folder).resolve()
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp)
         shutil.copytree(root / "asmgen", tree / "asmgen", ignore=shutil.ignore_patterns("__pycache__", "tests"))
@@ -158,6 +155,18 @@ def build_patched(folder: Path, patch: str, names=None, dtypes=None) -> list[dic
             (tree / name).parent.mkdir(parents=True)
             shutil.copy(root / name, tree / name)
         subprocess.run(["git", "apply", str(Path(__file__).parent / patch)], cwd=tree, check=True)
+        yield tree
+
+
+def build_patched(folder: Path, patch: str, names=None, dtypes=None) -> list[dict]:
+    """build_variants in a copy of the generator with the kept patch `patch` applied (the working tree stays as it
+    is), into `folder` beside the variants already there; returns the entries of the variants `names` (default: the
+    patch's own, patch_variants)."""
+    names = names or patch_variants(patch)
+    if not names:
+        raise ValueError(f"{patch}: its variants are not entries one can read from it (name them)")
+    folder = Path(folder).resolve()
+    with patched_tree(patch) as tree:
         command = [sys.executable, "-m", "asmgen.sm90a.experiments", str(folder)]
         command += ["--only", *names]
         command += ["--dtype", *dtypes] if dtypes else []
