@@ -125,6 +125,7 @@ def build_variants(folder: Path, names=None, dtypes=None) -> list[dict]:
                 continue
             entries.append({**entry, "target": "sm90a", "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                             "resources": inspect(entry, path)["resources"]})
+            print(f"[variant] {entry['name']} -> {path.name}", file=sys.stderr)  # as asmgen.build's lines
     from asmgen.build import VERSION
 
     # variants already in the folder stay unless rebuilt here: those of several patched trees share one folder
