@@ -244,9 +244,10 @@ def _codes(folder: Path, entry: dict, variant: str) -> tuple[dict, list[str], li
     return base, sass.instructions(folder / entry["file"]), sass.instructions(sass.OBJECTS / base["file"])
 
 
-def _ends_turn(code: list[str], i: int) -> bool:
-    """Whether the next wgmma, wgmma wait or named-barrier arrive after instruction i is a turn's release."""
-    return next(c for c in code[i + 1:] if re.search(r"HGMMA|DEPBAR|BAR\.ARV", c)).startswith("BAR.ARV")
+def _waits_next(code: list[str], i: int) -> bool:
+    """Whether the next wgmma or wgmma wait after instruction i is a wait (a group issued alone, not one issued
+    with the next)."""
+    return "DEPBAR" in next(c for c in code[i + 1:] if re.search(r"GMMA|WARPGROUP\.DEPBAR", c))
 
 
 def _waits_for_k(op) -> bool:
@@ -495,27 +496,30 @@ def test_the_lean_epilogue_patch_finishes_the_rows_under_the_last_pv_and_stores_
         assert len(epilogue) <= len(shipped_epilogue) - 100, entry["name"]
 
 
-def test_the_tile_edges_patch_combines_the_four_per_tile_patches_in_every_bf16_kernel(tmp_path):
-    entries = experiments.build_patched(tmp_path, "tile_edges.patch", dtypes=["bf16"])
-    shipped = {k["name"]: k for k in sm90a.BF16_KERNELS}
-    names = [e["name"] for e in entries]
-    assert sorted(names) == sorted(f"{n}_{v}" for n in shipped for v in ("tile_edges", "tile_edges_qk"))
+def test_the_tile_edges_patch_combines_the_per_tile_patches_in_every_kernel(tmp_path):
+    entries = experiments.build_patched(tmp_path, "tile_edges.patch")
+    staged = {k["name"] for k in sm90a.KERNELS if sm90a.epilogue_store(k["dtype"], k["p_mode"]) == "staged"}
+    assert sorted(e["name"] for e in entries) == sorted(
+        [f"{k['name']}_tile_edges" for k in sm90a.KERNELS] + [f"{name}_tile_edges_qk" for name in staged])
+    gemm, register_a = r"\b[HQ]GMMA\b", re.compile(r"[HQ]GMMA\.\S+ R\d+, R\d+, gdesc")  # P V: P from registers
+    stores = r"STSM|STG\.E\.128|UBLKCP"
     for entry in entries:
         under_qk = entry["name"].endswith("_qk")
         base, code, shipped_code = _codes(tmp_path, entry, "tile_edges_qk" if under_qk else "tile_edges")
+        bf16 = base["dtype"] == "bf16"
         assert not entry.get("same_results_as_shipped") and entry["resources"]["local_bytes"] == 0  # the lse's bits
-        assert _count(code, r"WARPGROUP\.DEPBAR") < _count(code, r"HGMMA") / 4  # no wgmma serialised
-        # k_first: the producer's extra K load site
-        assert _count(code, r"\bUTMALDG\b") == _count(shipped_code, r"\bUTMALDG\b") + -(-base["d_qk"] // 64)
+        assert _count(code, r"WARPGROUP\.DEPBAR") < _count(code, gemm) / 4  # no wgmma serialised
+        # k_first: the producer's extra K load site (TMA boxes of 64 BF16 or 128 FP8 columns)
+        boxes = -(-base["d_qk"] // (64 if bf16 else 128))
+        assert _count(code, r"\bUTMALDG\b") == _count(shipped_code, r"\bUTMALDG\b") + boxes
         # lean_epilogue: the lse by MUFU.LG2, the epilogue at least 100 instructions shorter with the same stores
         epilogue, shipped_epilogue = sass.epilogue(code), sass.epilogue(shipped_code)
         assert _count(code, r"MUFU\.LG2") > 0 == _count(epilogue, r"MUFU\.RCP|\bCALL\b|\bFFMA\b")
-        stores = r"STSM|STG\.E\.128"
-        if under_qk:  # all of O's stores between the issue of a tile's first QK^T (its turn's end) and its wait
+        if under_qk:  # all of O's stores between the issue of a tile's first QK^T and the wait for it
             assert epilogue == []
-            issues = [j for j, c in enumerate(code) if re.search(r"\bHGMMA\b.*gsb0", c) and "tnspB" not in c
-                      and _ends_turn(code, j)]
-            assert len(issues) == 1 + (base["code_test"] and base["d_qk"] == 128)  # first_pair's turn too
+            issues = [j for j, c in enumerate(code) if re.search(gemm + ".*gsb0", c) and not register_a.search(c)
+                      and _waits_next(code, j)]
+            assert len(issues) == 1 + (bf16 and base["code_test"] and base["d_qk"] == 128)  # first_pair's too
             for j in issues:
                 wait = next(k for k in range(j, len(code)) if "WARPGROUP.DEPBAR" in code[k])
                 assert _count(code[j:wait], stores) == _count(shipped_epilogue, stores), entry["name"]
@@ -523,9 +527,9 @@ def test_the_tile_edges_patch_combines_the_four_per_tile_patches_in_every_bf16_k
             assert _count(epilogue, stores) == _count(shipped_epilogue, stores)
             assert len(epilogue) <= len(shipped_epilogue) - 100
         s_waits = _count(code, r"DEPBAR\.LE gsb0, 0x1")
-        if not base["code_test"]:  # the plain ping-pong kernels' key loop as shipped
+        if not (bf16 and base["code_test"]):  # the key loop as shipped
             assert s_waits == _count(shipped_code, r"DEPBAR\.LE gsb0, 0x1")
-            assert _count(code, r"\bHGMMA\b") == _count(shipped_code, r"\bHGMMA\b")
+            assert _count(code, gemm) == _count(shipped_code, gemm)
             continue
         # compact_tail: the loop's two step forms (and first_pair's S wait at d = 128) in less code than the shipped
         # kernel's five, first_pair's turn and a second site of the store under a QK^T included
