@@ -561,8 +561,9 @@ def test_the_tile_edges_patch_combines_the_per_tile_patches_in_every_kernel(tmp_
 
 
 def test_the_tile_edges_patch_keeps_the_protocol_with_k_first_and_the_first_pair():
-    # the patched synchronisation model (its producer's K-first order, the first pair's turns) under random
-    # interleavings of the protocol test's job tables, and the model catches a first pair that skips K1's wait
+    # the patched synchronisation model (its producer's K-first order, the first pair's turns; the FP8 main loop with
+    # K first) under random interleavings of the protocol test's job tables, and the model catches a first pair that
+    # skips K1's wait
     with experiments.patched_tree("tile_edges.patch") as tree:
         spec = importlib.util.spec_from_file_location("tile_edges_protocol", tree / "asmgen/sm90a/protocol.py")
         model = importlib.util.module_from_spec(spec)
@@ -571,8 +572,10 @@ def test_the_tile_edges_patch_keeps_the_protocol_with_k_first_and_the_first_pair
             spec.loader.exec_module(model)
             # (batch, heads, heads_k, tiles, grid): test_sm90a_protocol.py's tables
             tables = [(1, 4, 2, 6, 3), (2, 3, 3, 5, 4), (1, 8, 2, 4, 5)]
-            for stages, (batch, heads, heads_k, num_tiles, grid) in itertools.product((2, 3), tables):
-                cfg = model.Config(stages, pingpong=True, k_first=True, first_pair=True)
+            configs = [model.Config(stages, pingpong=True, k_first=True, first_pair=True) for stages in (2, 3)]
+            configs += [model.Config(stages, pingpong, both_gemms=True, k_first=True)  # the FP8 kernels'
+                        for stages, pingpong in itertools.product((2, 3), (True, False))]
+            for cfg, (batch, heads, heads_k, num_tiles, grid) in itertools.product(configs, tables):
                 table = balanced_jobs(batch, heads, num_tiles, grid)
                 for cta in range(table.shape[1]):
                     for seed in range(4):
