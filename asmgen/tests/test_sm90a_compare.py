@@ -35,6 +35,17 @@ def test_a_variant_is_held_against_its_shipped_kernel_and_fa3_from_the_same_run(
     assert row[6] == "1.000 / 0.909"
 
 
+def test_a_variant_is_held_against_another_variant_of_its_kernel_on_request():
+    run = {"rows": RUN["rows"] + [_row(f"{BASE}_late_turn1", f"{BASE}_late_turn1", [1.2, 1.2, 1.2]),
+                                  _row(f"{BASE}_late_turn8", f"{BASE}_late_turn8", [1.0, 1.2, 1.5])]}
+    (row,) = [r for r in compare.rows(run, against="late_turn1") if r[0] == "late_turn8"]
+    assert row[1] == f"{BASE}_late_turn1" and row[4] == "+0.0%"  # medians 1.2 against 1.2
+    assert row[5] == "+20.0% +0.0% -20.0%"
+    assert row[6] == "0.833 / 0.833"
+    # the control itself and the variants without a control in the configuration give no row
+    assert [r[0] for r in compare.rows(run, against="late_turn1")] == ["first_pair", "late_turn8"]
+
+
 def test_a_file_that_is_not_a_benchmark_result_is_refused(tmp_path, capsys):
     (tmp_path / "run.json").write_text(json.dumps({"kernels": []}))
     with pytest.raises(SystemExit):
