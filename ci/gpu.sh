@@ -6,7 +6,9 @@
 # On sm90a (H100/H200):
 #   ci/gpu.sh [STAGE ...]     stages: install sass check sanitize bench (default: all, in that order), and on
 #                             request: exp2 (accuracy of the FMA-pipe exponential), variants (the benchmark's kernel
-#                             variants against the model), profile (Nsight Compute, ci/profile_sm90a.py)
+#                             variants against the model), ab (prebuilt variants, env VARIANTS: checked, timed beside
+#                             their shipped kernels and FA3, compared; AGAINST: a control variant), profile (Nsight
+#                             Compute, ci/profile_sm90a.py)
 # On gfx950 (MI355X):
 #   ci/gpu.sh [STAGE ...]     stages: install check bench summary (default: all, in that order), and on request:
 #                             small (the check on one small configuration)
@@ -112,6 +114,21 @@ for stage in "${stages[@]}"; do
       "$PY" -m asmgen.sm90a.experiments "$variants" --dtype bf16  # the FP8 ones: python -m asmgen.sm90a.experiments.measure
       "$PY" -m ci.gpu_check --variants "$variants" --out "$OUT"
       ;;
+    ab)  # prebuilt variants (VARIANTS: python -m asmgen.sm90a.experiments DIR [--patch ...]) against the model, then
+         # the quick protocol with them, their shipped kernels and FA3 (BENCH_ARGS: the configurations), compared; a
+         # failed check fails the stage after the timing (device time is scarce; the check names the variant)
+      checked=0
+      "$PY" -m ci.gpu_check --variants "$VARIANTS" --out "$OUT/ab" || checked=$?
+      # shellcheck disable=SC2086
+      "$PY" -m zyfa_tools.bench --quick --calls 40 --contenders zyfa fa3 --error-max-seqlen 0 --no-plots \
+        --variants "$VARIANTS" --out "$OUT/ab" ${BENCH_ARGS:-}
+      "$PY" -m asmgen.sm90a.experiments.compare "$OUT/ab/bench.json" | tee "$OUT/ab/compare.md"
+      if [ -n "${AGAINST:-}" ]; then
+        "$PY" -m asmgen.sm90a.experiments.compare "$OUT/ab/bench.json" --against "$AGAINST" \
+          | tee "$OUT/ab/compare-$AGAINST.md"
+      fi
+      [ "$checked" -eq 0 ]
+      ;;
     bench)  # the protocol, then its sustained-clock mode; the variants named by SM90A_VARIANT_ARGS are timed too
       variant_args=()
       if [ -n "${SM90A_VARIANT_ARGS:-}" ]; then
@@ -126,7 +143,7 @@ for stage in "${stages[@]}"; do
       "$PY" -m zyfa_tools.bench --sustained --out "$OUT/bench-sustained" ${BENCH_ARGS:-}
       ;;
     *)
-      echo "unknown stage $stage (install sass check sanitize bench exp2 variants profile)" >&2
+      echo "unknown stage $stage (install sass check sanitize bench exp2 variants ab profile)" >&2
       exit 2
       ;;
   esac
