@@ -117,6 +117,7 @@ for stage in "${stages[@]}"; do
     ab)  # prebuilt variants (VARIANTS: python -m asmgen.sm90a.experiments DIR [--patch ...]) against the model, then
          # the quick protocol with them, their shipped kernels and FA3 (BENCH_ARGS: the configurations), compared; a
          # failed check fails the stage after the timing (device time is scarce; the check names the variant)
+      : "${VARIANTS:?the ab stage needs VARIANTS, a folder of python -m asmgen.sm90a.experiments}"
       checked=0
       "$PY" -m ci.gpu_check --variants "$VARIANTS" --out "$OUT/ab" || checked=$?
       # shellcheck disable=SC2086
