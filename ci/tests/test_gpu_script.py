@@ -82,7 +82,7 @@ def test_gfx950_stages(tmp_path):
 def test_sm90a_stages_are_unchanged(tmp_path):
     result = run_script("nope", env={"GPU_TARGET": "sm90a"}, tmp_path=tmp_path)
     assert result.returncode == 2
-    assert "unknown stage nope (install sass check sanitize bench exp2 variants profile)" in result.stderr
+    assert "unknown stage nope (install sass check sanitize bench exp2 variants ab profile)" in result.stderr
     text = (CI / "gpu.sh").read_text()
     assert "stages=(install sass check sanitize bench)" in text
 
@@ -122,6 +122,41 @@ def test_gfx950_failures_do_not_stop_later_stages(tmp_path):
     lines = result.stdout.strip().splitlines()
     assert lines[0] == "=== check" and "=== summary" in lines
     assert "FAILED accuracy" in result.stdout and lines[-1].startswith("bench: no results")
+
+
+def test_sm90a_ab_times_and_compares_the_variants_and_fails_after_a_failed_check(tmp_path):
+    """The ab stage: the variants' check (failing here), the quick benchmark with them all the same, the comparison
+    against the shipped kernels and against AGAINST's variant, and exit 1 for the check at the end."""
+    base = "sm90a_fwd_bf16_d128_code_test_pingpong"
+    rows = [{"dtype": "bf16", "d_qk": 128, "kind": "MHA", "seqlen": 2048, "contender": name, "note": note,
+             "kernel_ms": ms, "kernel_ms_runs": [ms] * 3}
+            for name, note, ms in (("zyfa", base, 1.0), (f"{base}_a", f"{base}_a", 0.8),
+                                   (f"{base}_b", f"{base}_b", 0.5), ("fa3", "fa3", 1.0))]
+    (tmp_path / "bench.json").write_text(json.dumps({"rows": rows}))
+    log, python = tmp_path / "calls.txt", tmp_path / "python"
+    python.write_text("#!/usr/bin/env bash\n"
+                      f'echo "$*" >> {log}\n'
+                      'case "$2" in\n'
+                      "  ci.gpu_check) exit 1 ;;\n"
+                      f'  zyfa_tools.bench) mkdir -p "$OUT/ab" && cp {tmp_path / "bench.json"} "$OUT/ab/" ;;\n'
+                      f'  *) exec "{sys.executable}" "$@" ;;\n'
+                      "esac\n")
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "GPU_TARGET": "sm90a", "PYTHON": str(python), "VARIANTS": "VAR",
+           "AGAINST": "a", "BENCH_ARGS": "--dtypes bf16 --seqlens 2048"}
+    result = subprocess.run(["bash", "ci/gpu.sh", "ab"], cwd=ROOT, capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 1, result.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("-m ci.gpu_check --variants VAR")
+    assert calls[1].startswith("-m zyfa_tools.bench --quick") and "--variants VAR" in calls[1]
+    assert calls[1].endswith("--dtypes bf16 --seqlens 2048")
+    assert f"| a | {base} | bf16 d 128 MHA | 2048 | +25.0% |" in (out / "ab/compare.md").read_text()
+    assert f"| b | {base}_a | bf16 d 128 MHA | 2048 | +60.0% |" in (out / "ab/compare-a.md").read_text()
+    result = subprocess.run(["bash", "ci/gpu.sh", "ab"], cwd=ROOT, capture_output=True, text=True,
+                            env={**env, "VARIANTS": ""}, timeout=120)
+    assert result.returncode != 0 and "the ab stage needs VARIANTS" in result.stderr
 
 
 # ---- the check's configuration and verdict ----------------------------------------------------------------------
