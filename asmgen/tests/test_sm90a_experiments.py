@@ -513,12 +513,14 @@ def test_the_tile_edges_patch_combines_the_per_tile_patches_in_every_kernel(tmp_
     entries = experiments.build_patched(tmp_path, "tile_edges.patch")
     staged = {k["name"] for k in sm90a.KERNELS if sm90a.epilogue_store(k["dtype"], k["p_mode"]) == "staged"}
     assert sorted(e["name"] for e in entries) == sorted(
-        [f"{k['name']}_tile_edges" for k in sm90a.KERNELS] + [f"{name}_tile_edges_qk" for name in staged])
+        [f"{k['name']}_tile_edges" for k in sm90a.KERNELS] + [f"{name}_tile_edges_qk" for name in staged]
+        + [f"{k['name']}_tile_edges_qk_direct" for k in sm90a.BF16_KERNELS])
     gemm, register_a = r"\b[HQ]GMMA\b", re.compile(r"[HQ]GMMA\.\S+ R\d+, R\d+, gdesc")  # P V: P from registers
     stores = r"STSM|STG\.E\.128|UBLKCP"
     for entry in entries:
-        under_qk = entry["name"].endswith("_qk")
-        base, code, shipped_code = _codes(tmp_path, entry, "tile_edges_qk" if under_qk else "tile_edges")
+        variant = next(v for v in ("tile_edges_qk_direct", "tile_edges_qk", "tile_edges") if entry["name"].endswith(v))
+        under_qk, direct = variant != "tile_edges", variant.endswith("direct")
+        base, code, shipped_code = _codes(tmp_path, entry, variant)
         bf16 = base["dtype"] == "bf16"
         assert not entry.get("same_results_as_shipped") and entry["resources"]["local_bytes"] == 0  # the lse's bits
         # first_pair spills at d_qk = 192 (tile_edges_qk): a few loop invariants, none in the key loop
@@ -538,9 +540,12 @@ def test_the_tile_edges_patch_combines_the_per_tile_patches_in_every_kernel(tmp_
             issues = [j for j, c in enumerate(code) if re.search(gemm + ".*gsb0", c) and not register_a.search(c)
                       and _waits_next(code, j)]
             assert len(issues) == 1 + (bf16 and base["code_test"] and (base["d_qk"] == 128 or spills))  # the pair's
-            for j in issues:
+            for j in issues:  # staged as shipped, or direct: 4-byte stores of the thread's two rows, no shared memory
                 wait = next(k for k in range(j, len(code)) if "WARPGROUP.DEPBAR" in code[k])
-                assert _count(code[j:wait], stores) == _count(shipped_epilogue, stores), entry["name"]
+                if direct:
+                    assert _count(code[j:wait], r"STG\.E desc") == 2 * base["d_v"] // 8 and "STSM" not in str(code)
+                else:
+                    assert _count(code[j:wait], stores) == _count(shipped_epilogue, stores), entry["name"]
         else:
             assert _count(epilogue, stores) == _count(shipped_epilogue, stores)
             assert len(epilogue) <= len(shipped_epilogue) - 100
