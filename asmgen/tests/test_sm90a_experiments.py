@@ -232,6 +232,11 @@ def test_each_microbenchmark_loop_holds_the_instructions_it_measures(tmp_path):
     assert [p.split(":")[0] for p in problems] == ["pipe_ex2", "pipe_missing"]
 
 
+GEMM = r"\b[HQ]GMMA\b"  # a wgmma: BF16 or FP8 operands
+REGISTER_A = re.compile(r"[HQ]GMMA\.\S+ R\d+, R\d+, gdesc")  # a P V: A (P) from registers
+O_STORES = r"STSM|STG\.E\.128|UBLKCP"  # O's staged or bulk stores (epilogue.cuh)
+
+
 def _count(code: list[str], pattern: str) -> int:
     """Instructions of `code` (sass.instructions) that `pattern` matches."""
     return sum(re.search(pattern, c) is not None for c in code)
@@ -487,24 +492,21 @@ def test_the_lean_epilogue_patch_finishes_the_rows_under_the_last_pv_and_stores_
     entries = experiments.build_patched(tmp_path, "lean_epilogue.patch", ["lean_epilogue"])
     shipped = {k["name"]: k for k in sm90a.KERNELS}
     assert {e["name"].removesuffix("_lean_epilogue") for e in entries} == set(shipped)
-    register_a_pv = re.compile(r"[HQ]GMMA\.\S+ R\d+, R\d+, gdesc")  # P V: A (P) from registers
-    gemm = r"\b[HQ]GMMA\b"
     for entry in entries:
         base, code, shipped_code = _codes(tmp_path, entry, "lean_epilogue")
         assert not entry.get("same_results_as_shipped") and entry["resources"]["local_bytes"] == 0  # the lse's bits
         assert entry["shared_bytes"] == base["shared_bytes"]
-        assert _count(code, gemm) == _count(shipped_code, gemm)  # the key loop as shipped
+        assert _count(code, GEMM) == _count(shipped_code, GEMM)  # the key loop as shipped
         # the rows' lse by MUFU.LG2, most between the issue of the tile's last P V and the wait for it (ptxas leaves
         # one of the FP8 kernels' two after the wait)
         lg2 = [i for i, c in enumerate(code) if "MUFU.LG2" in c]
         assert lg2 and _count(shipped_code, r"MUFU\.LG2") == 0
-        under = [i for i in lg2 if register_a_pv.search(code[max(j for j in range(i) if re.search(gemm, code[j]))])
+        under = [i for i in lg2 if REGISTER_A.search(code[max(j for j in range(i) if re.search(GEMM, code[j]))])
                  and "gsb0, 0x0" in next((c for c in code[i:] if "WARPGROUP.DEPBAR" in c), "")]
         assert len(under) >= (len(lg2) if entry["dtype"] == "bf16" else len(lg2) / 2), entry["name"]
         # after that wait: O's stores as shipped, no division and no software log2, at least 100 instructions fewer
         epilogue, shipped_epilogue = sass.epilogue(code), sass.epilogue(shipped_code)
-        stores = r"STSM|STG\.E\.128|UBLKCP"
-        assert _count(epilogue, stores) == _count(shipped_epilogue, stores), entry["name"]
+        assert _count(epilogue, O_STORES) == _count(shipped_epilogue, O_STORES), entry["name"]
         assert _count(epilogue, r"MUFU\.RCP|\bCALL\b|\bFFMA\b") == 0 < _count(shipped_epilogue, r"\bCALL\b")
         assert len(epilogue) <= len(shipped_epilogue) - 100, entry["name"]
 
@@ -515,8 +517,6 @@ def test_the_tile_edges_patch_combines_the_per_tile_patches_in_every_kernel(tmp_
     assert sorted(e["name"] for e in entries) == sorted(
         [f"{k['name']}_tile_edges" for k in sm90a.KERNELS] + [f"{name}_tile_edges_qk" for name in staged]
         + [f"{k['name']}_tile_edges_qk_direct" for k in sm90a.BF16_KERNELS])
-    gemm, register_a = r"\b[HQ]GMMA\b", re.compile(r"[HQ]GMMA\.\S+ R\d+, R\d+, gdesc")  # P V: P from registers
-    stores = r"STSM|STG\.E\.128|UBLKCP"
     for entry in entries:
         variant = next(v for v in ("tile_edges_qk_direct", "tile_edges_qk", "tile_edges") if entry["name"].endswith(v))
         under_qk, direct = variant != "tile_edges", variant.endswith("direct")
@@ -528,7 +528,7 @@ def test_the_tile_edges_patch_combines_the_per_tile_patches_in_every_kernel(tmp_
         assert (entry["resources"]["stack_bytes"] > 0) == spills, entry["name"]
         if bf16:
             assert _count(_key_loop(code), sass.LOCAL_MEMORY.pattern) == 0
-        assert _count(code, r"WARPGROUP\.DEPBAR") < _count(code, gemm) / 4  # no wgmma serialised
+        assert _count(code, r"WARPGROUP\.DEPBAR") < _count(code, GEMM) / 4  # no wgmma serialised
         # k_first: the producer's extra K load site (TMA boxes of 64 BF16 or 128 FP8 columns)
         boxes = -(-base["d_qk"] // (64 if bf16 else 128))
         assert _count(code, r"\bUTMALDG\b") == _count(shipped_code, r"\bUTMALDG\b") + boxes
@@ -537,7 +537,7 @@ def test_the_tile_edges_patch_combines_the_per_tile_patches_in_every_kernel(tmp_
         assert _count(code, r"MUFU\.LG2") > 0 == _count(epilogue, r"MUFU\.RCP|\bCALL\b|\bFFMA\b")
         if under_qk:  # all of O's stores between the issue of a tile's first QK^T and the wait for it
             assert epilogue == []
-            issues = [j for j, c in enumerate(code) if re.search(gemm + ".*gsb0", c) and not register_a.search(c)
+            issues = [j for j, c in enumerate(code) if re.search(GEMM + ".*gsb0", c) and not REGISTER_A.search(c)
                       and _waits_next(code, j)]
             assert len(issues) == 1 + (bf16 and base["code_test"] and (base["d_qk"] == 128 or spills))  # the pair's
             for j in issues:  # staged as shipped, or direct: 4-byte stores of the thread's two rows, no shared memory
@@ -545,14 +545,14 @@ def test_the_tile_edges_patch_combines_the_per_tile_patches_in_every_kernel(tmp_
                 if direct:
                     assert _count(code[j:wait], r"STG\.E desc") == 2 * base["d_v"] // 8 and "STSM" not in str(code)
                 else:
-                    assert _count(code[j:wait], stores) == _count(shipped_epilogue, stores), entry["name"]
+                    assert _count(code[j:wait], O_STORES) == _count(shipped_epilogue, O_STORES), entry["name"]
         else:
-            assert _count(epilogue, stores) == _count(shipped_epilogue, stores)
+            assert _count(epilogue, O_STORES) == _count(shipped_epilogue, O_STORES)
             assert len(epilogue) <= len(shipped_epilogue) - 100
         s_waits = _count(code, r"DEPBAR\.LE gsb0, 0x1")
         if not (bf16 and base["code_test"]):  # the key loop as shipped
             assert s_waits == _count(shipped_code, r"DEPBAR\.LE gsb0, 0x1")
-            assert _count(code, gemm) == _count(shipped_code, gemm)
+            assert _count(code, GEMM) == _count(shipped_code, GEMM)
             continue
         # compact_tail: the loop's two step forms (and first_pair's S wait) in less code than the shipped kernel's
         # five, first_pair's turn and a second site of the store under a QK^T included
