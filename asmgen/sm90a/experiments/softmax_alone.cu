@@ -28,6 +28,7 @@ struct Bf16Step : Bf16 {  // the BF16 kernels' softmax
 constexpr float kScale = 1.4427f;         // c: log2(e), a score scale of 1
 constexpr float kRowMaximum = 4.0f;       // above every scaled score: the maxima never move
 constexpr uint32_t kSoftmaxBarrier = 1;   // named barrier of the softmax warpgroup (0 is __syncthreads)
+constexpr uint32_t kIssuerBarrier = 2;    // named barrier of the warpgroup that issues wgmmas beside it
 
 // What a variant leaves out or changes; kBf16 is the BF16 kernels' step instead (softmax_bf16.cuh: row maxima, ex2 and the
 // row sums of unrounded p, O's rescale, BF16 packing; O accumulates in the tensor core there).
@@ -154,8 +155,18 @@ __device__ __forceinline__ void softmax_beside(uint32_t* cycles, uint32_t* sink,
       wgmma_commit();
       wgmma_wait<Shape::kInFlight>();
     };
+    // The four warps leave the loop together: a wgmma that only some warps of a warpgroup issue is an illegal
+    // instruction, and each warp would otherwise read `done` at its own time.
+    auto any_done = [&] {
+      uint32_t any;
+      asm volatile(
+          "{ .reg .pred p, q; setp.ne.s32 p, %1, 0; bar.red.or.pred q, %2, 128, p; selp.u32 %0, 1, 0, q; }"
+          : "=r"(any)
+          : "r"(done), "r"(kIssuerBarrier));
+      return any != 0;
+    };
     uint32_t groups = 0;
-    while (!done) {
+    while (!any_done()) {
       group(acc[0]);
       group(acc[1]);
       groups += 2;
