@@ -253,6 +253,19 @@ def probes_ring(kernel: dict) -> bool:
         kernel["dtype"] == "bf16" and kernel["code_test"] and kernel["d_qk"] in PROBE_RING_CODE_TEST_D_QK)
 
 
+# The BF16 code-test kernels of these d_qk take the per-tile choices (kLeanEpilogue, kCompactTail, kKFirst: a query
+# tile's rows finished under its last P V, one loop with the diagonal step masked by a flag, its first K loaded ahead
+# of its Q). Measured on the H200 (docs/sm90a.md, "The per-tile patches and the late turn, measured") against the
+# same kernels without them, on two machines: d_qk = 192 +2.7% and +2.3% on average at 1000-4K (-1.4% to +6.7%),
+# level from 8K; d = 128 +0.2% and -0.8% (-2.6% to +2.8%), -1.3% and -1.8% at 8K, not taken.
+TILE_EDGES_D_QK = {192}
+
+
+def takes_tile_edges(kernel: dict) -> bool:
+    """Whether a kernel takes the per-tile choices (kLeanEpilogue, kCompactTail, kKFirst)."""
+    return kernel["dtype"] == "bf16" and kernel["code_test"] and kernel["d_qk"] in TILE_EDGES_D_QK
+
+
 _SCHEDULE_TYPES = {"pingpong": "PingPong", "independent": "Independent"}
 _STORE_TYPES = {"direct": "Store::kDirect", "staged": "Store::kStaged", "bulk": "Store::kBulk"}
 
@@ -262,10 +275,11 @@ def _cxx_bool(value: bool) -> str:
 
 
 def config_header(kernel: dict, *, store: str | None = None, probe_ring: bool | None = None,
-                  code_test: bool | None = None) -> str:
+                  code_test: bool | None = None, tile_edges: bool | None = None) -> str:
     """kernel_config.cuh of one kernel: its symbol and zyfa::Config (config.cuh), from its manifest entry and the
     measured choices above. The keywords are choices a measurement variant makes differently
-    (asmgen/sm90a/experiments; default: STORES, probes_ring and the entry's code_test)."""
+    (asmgen/sm90a/experiments; default: STORES, probes_ring, the entry's code_test and takes_tile_edges)."""
+    code_test = kernel["code_test"] if code_test is None else code_test
     fields = [
         ("int", "kDQk", kernel["d_qk"]),
         ("int", "kDV", kernel["d_v"]),
@@ -273,10 +287,13 @@ def config_header(kernel: dict, *, store: str | None = None, probe_ring: bool | 
         ("float", "kTau", f"{float(kernel['rescale_threshold'])!r}f"),
         ("Store", "kStore", _STORE_TYPES[store or epilogue_store(kernel["dtype"], kernel["p_mode"])]),
         ("bool", "kProbeRing", _cxx_bool(probes_ring(kernel) if probe_ring is None else probe_ring)),
-        ("bool", "kCodeTest", _cxx_bool(kernel["code_test"] if code_test is None else code_test)),
+        ("bool", "kCodeTest", _cxx_bool(code_test)),
     ]
     if kernel["dtype"] == "bf16":
         element = "Bf16"
+        edges = takes_tile_edges(kernel) if tile_edges is None else tile_edges
+        fields += [("bool", "kLeanEpilogue", _cxx_bool(edges)), ("bool", "kKFirst", _cxx_bool(edges)),
+                   ("bool", "kCompactTail", _cxx_bool(edges and code_test))]  # a form of the code-test loop
     else:
         element = "E4m3"
         fields += [

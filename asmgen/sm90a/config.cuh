@@ -14,6 +14,10 @@
 //     static constexpr bool kProbeRing;         // the next step's K and V probed under the softmax (pipeline.cuh)
 //     static constexpr bool kCodeTest;          // after the first key tile, row maxima only when the packed P
 //                                               // shows one may have moved (softmax_bf16.cuh, softmax_fp8.cuh)
+//     // BF16, the per-tile choices (the traits' defaults: off):
+//     static constexpr bool kLeanEpilogue;      // rows finished under the last P V (epilogue.cuh)
+//     static constexpr bool kCompactTail;       // one code-test loop, the diagonal step masked by a flag
+//     static constexpr bool kKFirst;            // a query tile's first K loaded before its Q (producer.cuh)
 //     // FP8:
 //     static constexpr PMode kPMode;            // exact or lean P (softmax_fp8.cuh)
 //     static constexpr int kDynamicSharedBytes; // what the launch provides (checked against the layout)
@@ -47,6 +51,10 @@ struct Bf16 {
   static constexpr int kMmaK = 16;                // wgmma K for 16-bit operands
   static constexpr float kPShift = 0.0f;          // P as computed (p_shift 0)
   static constexpr bool kVTransposed = false;
+  // The per-tile choices (config_header sets them where measured to gain):
+  static constexpr bool kLeanEpilogue = false;  // rows finished under the last P V, the lse by lg2.approx
+  static constexpr bool kCompactTail = false;   // the code-test loop masks its diagonal step by a flag
+  static constexpr bool kKFirst = false;        // the producer loads a query tile's first K before its Q
   static constexpr int tile_bytes(int cols) { return (cols + kBoxCols - 1) / kBoxCols * kBoxBytes; }  // 128 rows
   static constexpr int v_tile_bytes(int d_v) { return tile_bytes(d_v); }  // 128 keys x d_v
 };
@@ -59,6 +67,8 @@ struct E4m3 {
   static constexpr int kMmaK = 32;           // wgmma K for 8-bit operands
   static constexpr float kPShift = 8.0f;     // P is written 2^8 larger before the e4m3 rounding (p_shift 8)
   static constexpr bool kVTransposed = true;
+  static constexpr bool kLeanEpilogue = false;  // Bf16's per-tile choices, off (the epilogue and producer read them)
+  static constexpr bool kKFirst = false;
   // d_qk = 192 takes two boxes, the second half zeros
   static constexpr int tile_bytes(int cols) { return (cols + kBoxCols - 1) / kBoxCols * kBoxBytes; }
   static constexpr int v_tile_bytes(int d_v) { return d_v * kAtomRowBytes; }  // V^T: d_v rows of 128 keys

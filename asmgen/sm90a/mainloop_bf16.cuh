@@ -116,7 +116,12 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         loads.probe(bars, ring);
         fence_regs(s);
         smem_ring.release(bars.k_empty(ring.slot));
-        if constexpr (decltype(diagonal)::value) {
+        if constexpr (std::is_same_v<decltype(diagonal), bool>) {  // C::kCompactTail: masked by a flag
+          if (diagonal) {
+            smem_ring.release(bars.q_empty());
+            mask_diagonal(s, row0, lane);
+          }
+        } else if constexpr (decltype(diagonal)::value) {
           smem_ring.release(bars.q_empty());
           mask_diagonal(s, row0, lane);
         }
@@ -138,6 +143,8 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         prev = ring;
         ring.advance();
       };
+      const int warp_row = tile * kTileM + consumer * kRowsPerConsumer + 16 * warp;
+      float scale[2];  // C::kLeanEpilogue: the rows' 1 / l, and their lse stored, under the last P V (no O needed)
       // The last key tile's P V, from `pf_last`.
       auto last_pv = [&](const uint32_t(&pf_last)[32]) {
         loads.wait_v(bars, prev);
@@ -145,11 +152,27 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
           issue_pv<C>(o, pf_last, smem_ring.v_tile(prev));
           wgmma_commit();
         });
+        if constexpr (C::kLeanEpilogue) finish_rows<C>(p, job, warp_row, lane, st, [] { return 1.0f; }, scale);
         wgmma_wait<0>();
         fence_regs(o);
         smem_ring.release(bars.v_empty(prev.slot));
       };
-      if constexpr (C::kCodeTest) {  // the two P sets take turns: two steps per loop trip
+      if constexpr (C::kCodeTest && C::kCompactTail) {
+        // Two step forms, the diagonal key tile among them (masked by a flag), and the last P V after either: a
+        // query tile runs through less code than with a masked form and a tail of each parity.
+        for (int kt = 1;; kt += 2) {
+          if (kt > tile) {
+            last_pv(pf);
+            break;
+          }
+          step(kt == tile, pf, pf2);
+          if (kt + 1 > tile) {
+            last_pv(pf2);
+            break;
+          }
+          step(kt + 1 == tile, pf2, pf);
+        }
+      } else if constexpr (C::kCodeTest) {  // the two P sets take turns: two steps per loop trip
         int kt = 1;
         for (; kt + 1 < tile; kt += 2) {
           step(std::false_type{}, pf, pf2);
@@ -171,7 +194,11 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         last_pv(pf);
       }
 
-      store_tile<C>(p, job, tile, consumer, warp, lane, o, st, [] { return 1.0f; }, stage);
+      if constexpr (C::kLeanEpilogue) {
+        store_rows<C>(p, job, warp_row, lane, o, scale, stage);
+      } else {
+        store_tile<C>(p, job, tile, consumer, warp, lane, o, st, [] { return 1.0f; }, stage);
+      }
     });
   });
 }

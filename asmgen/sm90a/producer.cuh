@@ -20,6 +20,17 @@ __device__ void produce(const TensorMap* tq, const TensorMap* tk, const TensorMa
   for_each_job(p.jobs, p.num_jobs, [&](const Job& job) {
     const int head_k = job.head / group;
     for_each_tile(job, [&](int tile) {
+      // C::kKFirst: the tile's first K before its Q, whose buffer frees only at the previous tile's last QK^T
+      bool k_loaded = false;
+      if constexpr (C::kKFirst) {
+        mbar_wait(bars.k_empty(ring.slot), ring.parity ^ 1);
+        mbar_arrive_expect_tx(bars.k_full(ring.slot), L::kKBytes);
+#pragma unroll
+        for (int b = 0; b < L::kQBoxes; ++b)
+          tma_load_4d(base + L::kK + ring.slot * L::kKBytes + b * C::kBoxBytes, tk, bars.k_full(ring.slot),
+                      b * C::kBoxCols, 0, head_k, job.batch);
+        k_loaded = true;
+      }
       mbar_wait(bars.q_empty(), q_parity ^ 1);
       mbar_arrive_expect_tx(bars.q_full(), L::kQBytes);
 #pragma unroll
@@ -28,12 +39,15 @@ __device__ void produce(const TensorMap* tq, const TensorMap* tk, const TensorMa
                     job.batch);
       q_parity ^= 1;
       for (int kt = 0; kt <= tile; ++kt) {
-        mbar_wait(bars.k_empty(ring.slot), ring.parity ^ 1);
-        mbar_arrive_expect_tx(bars.k_full(ring.slot), L::kKBytes);
+        if (!C::kKFirst || !k_loaded) {
+          mbar_wait(bars.k_empty(ring.slot), ring.parity ^ 1);
+          mbar_arrive_expect_tx(bars.k_full(ring.slot), L::kKBytes);
 #pragma unroll
-        for (int b = 0; b < L::kQBoxes; ++b)
-          tma_load_4d(base + L::kK + ring.slot * L::kKBytes + b * C::kBoxBytes, tk, bars.k_full(ring.slot),
-                      b * C::kBoxCols, kt * kTileN, head_k, job.batch);
+          for (int b = 0; b < L::kQBoxes; ++b)
+            tma_load_4d(base + L::kK + ring.slot * L::kKBytes + b * C::kBoxBytes, tk, bars.k_full(ring.slot),
+                        b * C::kBoxCols, kt * kTileN, head_k, job.batch);
+        }
+        k_loaded = false;
         mbar_wait(bars.v_empty(ring.slot), ring.parity ^ 1);
         if constexpr (C::kVTransposed) {
           // V^T is (batch, heads_k, d_v, keys): one box of 128 keys by d_v rows.

@@ -50,6 +50,7 @@ class Config:
     stages: int = 2
     pingpong: bool = True
     both_gemms: bool = False  # the FP8 main loop: each step waits for QK^T and P V together
+    k_first: bool = False  # kKFirst: the producer loads a query tile's first K before its Q
 
 
 @dataclass
@@ -96,14 +97,18 @@ class Ring:
 # ("acquire", consumer), ("release", consumer).
 
 
-def produce(tiles, group: int, stages: int):
+def produce(tiles, group: int, stages: int, k_first: bool = False):
     ring, uses = Ring(stages), [0] * stages
     for q_uses, (b, h, tile) in enumerate(tiles):
+        if k_first:
+            yield "wait", f"k_empty{ring.slot}", ring.parity ^ 1, uses[ring.slot]
+            yield "load", "K", ring.slot, ("K", b, h // group, 0), f"k_full{ring.slot}"
         yield "wait", "q_empty", q_uses % 2 ^ 1, q_uses
         yield "load", "Q", 0, ("Q", b, h, tile), "q_full"
         for kt in range(tile + 1):
-            yield "wait", f"k_empty{ring.slot}", ring.parity ^ 1, uses[ring.slot]
-            yield "load", "K", ring.slot, ("K", b, h // group, kt), f"k_full{ring.slot}"
+            if not (k_first and kt == 0):
+                yield "wait", f"k_empty{ring.slot}", ring.parity ^ 1, uses[ring.slot]
+                yield "load", "K", ring.slot, ("K", b, h // group, kt), f"k_full{ring.slot}"
             yield "wait", f"v_empty{ring.slot}", ring.parity ^ 1, uses[ring.slot]
             yield "load", "V", ring.slot, ("V", b, h // group, kt), f"v_full{ring.slot}"
             uses[ring.slot] += 1
@@ -174,7 +179,7 @@ def run(tiles, group: int, cfg: Config, seed: int) -> int:
     """One random interleaving of a CTA's producer and consumers over `tiles`; returns the number of steps."""
     rng = random.Random(seed)
     st = State(cfg)
-    agents = {"producer": produce(tiles, group, cfg.stages), 0: consume(0, tiles, group, cfg),
+    agents = {"producer": produce(tiles, group, cfg.stages, cfg.k_first), 0: consume(0, tiles, group, cfg),
               1: consume(1, tiles, group, cfg)}
     pending = {name: next(agent, None) for name, agent in agents.items()}
     steps = 0

@@ -226,6 +226,13 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   return v;
 }
 
+// A 16-byte store to global memory (16-byte aligned) as one instruction: with the row addresses taken from one base,
+// the compiler split the first pass's C++ stores of lds128's result into four 4-byte stores.
+__device__ __forceinline__ void stg128(void* ptr, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 // Bulk copies from shared to global memory (the TMA engine, no tensor map): `bytes` (a multiple of 16, both addresses
 // 16-byte aligned) in the calling thread's current bulk group. The shared-memory writes before them must be made
 // visible to the async proxy first (fence_proxy_async_shared).
@@ -248,6 +255,13 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// log2 by the MUFU unit (absolute error about 2^-22; FA3 takes its lse so)
+__device__ __forceinline__ float lg2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 

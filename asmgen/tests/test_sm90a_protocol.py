@@ -14,6 +14,7 @@ from zyfa.jobs import balanced_jobs, cta_tiles
 CONFIGS = [protocol.Config(stages, pingpong) for stages, pingpong in itertools.product((2, 3), (True, False))]
 CONFIGS += [protocol.Config(stages, pingpong, both_gemms=True)
             for stages, pingpong in itertools.product((2, 3), (True, False))]
+CONFIGS += [protocol.Config(stages, k_first=True) for stages in (2, 3)]  # the BF16 kernels with kKFirst
 # (batch, heads, heads_k, tiles, grid): few CTAs, so each walks many tiles of several jobs, with empty jobs and
 # single tiles in the tail, and tiles 0 (the diagonal alone) next to long ones
 TABLES = [(1, 4, 2, 6, 3), (2, 3, 3, 5, 4), (1, 8, 2, 4, 5)]
@@ -25,7 +26,7 @@ def tiles_of_every_cta(batch, heads, num_tiles, grid):
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"s{c.stages}-{'pp' if c.pingpong else 'ind'}"
-                         f"{'-fp8' if c.both_gemms else ''}")
+                         f"{'-fp8' if c.both_gemms else ''}{'-kfirst' if c.k_first else ''}")
 def test_protocol_holds_under_random_interleavings(cfg):
     for batch, heads, heads_k, num_tiles, grid in TABLES:
         for tiles in tiles_of_every_cta(batch, heads, num_tiles, grid):
@@ -51,10 +52,11 @@ def faulty(drop):
     # K never released: the producer waits for ever
     (lambda op: op[0] == "arrive" and op[1].startswith("k_empty"), "deadlock"),
 ])
-@pytest.mark.parametrize("both_gemms", [False, True])
-def test_model_catches_broken_protocols(monkeypatch, drop, message, both_gemms):
+@pytest.mark.parametrize("cfg", [protocol.Config(), protocol.Config(both_gemms=True), protocol.Config(k_first=True)],
+                         ids=["bf16", "fp8", "bf16-kfirst"])
+def test_model_catches_broken_protocols(monkeypatch, drop, message, cfg):
     monkeypatch.setattr(protocol, "consume", faulty(drop))
     tiles = tiles_of_every_cta(1, 4, 6, 3)[0]
     with pytest.raises(protocol.ProtocolError, match=message):
         for seed in range(200):
-            protocol.run(tiles, 2, protocol.Config(both_gemms=both_gemms), seed)
+            protocol.run(tiles, 2, cfg, seed)
