@@ -253,17 +253,18 @@ def probes_ring(kernel: dict) -> bool:
         kernel["dtype"] == "bf16" and kernel["code_test"] and kernel["d_qk"] in PROBE_RING_CODE_TEST_D_QK)
 
 
-# The BF16 code-test kernels of these d_qk take the per-tile choices (kLeanEpilogue, kCompactTail, kKFirst: a query
-# tile's rows finished under its last P V, one loop with the diagonal step masked by a flag, its first K loaded ahead
-# of its Q). Measured on the H200 (docs/sm90a.md, "The per-tile patches and the late turn, measured") against the
-# same kernels without them, on two machines: d_qk = 192 +2.7% and +2.3% on average at 1000-4K (-1.4% to +6.7%),
-# level from 8K; d = 128 +0.2% and -0.8% (-2.6% to +2.8%), -1.3% and -1.8% at 8K, not taken.
+# The BF16 kernels of these d_qk take the per-tile choices: every one finishes a query tile's rows under its last P V
+# (kLeanEpilogue: the lse by lg2.approx, so all kernels of a head dims keep bitwise the same lse), the code-test one
+# also runs one loop with the diagonal step masked by a flag (kCompactTail) and loads a query tile's first K ahead of
+# its Q (kKFirst). Measured on the H200 (docs/sm90a.md, "The per-tile patches and the late turn, measured") in the
+# code-test kernels against the same kernels without them, on two machines: d_qk = 192 +2.7% and +2.3% on average at
+# 1000-4K (-1.4% to +6.7%), level from 8K; d = 128 +0.2% and -0.8% (-2.6% to +2.8%), -1.3% and -1.8% at 8K, not taken.
 TILE_EDGES_D_QK = {192}
 
 
 def takes_tile_edges(kernel: dict) -> bool:
-    """Whether a kernel takes the per-tile choices (kLeanEpilogue, kCompactTail, kKFirst)."""
-    return kernel["dtype"] == "bf16" and kernel["code_test"] and kernel["d_qk"] in TILE_EDGES_D_QK
+    """Whether a kernel takes the per-tile choices (kLeanEpilogue; a code-test kernel also kCompactTail, kKFirst)."""
+    return kernel["dtype"] == "bf16" and kernel["d_qk"] in TILE_EDGES_D_QK
 
 
 _SCHEDULE_TYPES = {"pingpong": "PingPong", "independent": "Independent"}
@@ -292,8 +293,8 @@ def config_header(kernel: dict, *, store: str | None = None, probe_ring: bool | 
     if kernel["dtype"] == "bf16":
         element = "Bf16"
         edges = takes_tile_edges(kernel) if tile_edges is None else tile_edges
-        fields += [("bool", "kLeanEpilogue", _cxx_bool(edges)), ("bool", "kKFirst", _cxx_bool(edges)),
-                   ("bool", "kCompactTail", _cxx_bool(edges and code_test))]  # a form of the code-test loop
+        fields += [("bool", "kLeanEpilogue", _cxx_bool(edges)), ("bool", "kKFirst", _cxx_bool(edges and code_test)),
+                   ("bool", "kCompactTail", _cxx_bool(edges and code_test))]
     else:
         element = "E4m3"
         fields += [
