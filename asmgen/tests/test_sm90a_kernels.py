@@ -167,5 +167,5 @@ def test_the_bf16_moved_maximum_test_adds_once_after_the_maxima():
         if not entry["code_test"]:
             assert tests == count(code, "VIMNMX3.U16x2") == 0, entry["name"]
             continue
-        assert tests == (2 if sm90a.takes_tile_edges(entry) else 5), entry["name"]  # step forms (kCompactTail: no tails)
+        assert tests == (2 if sm90a.takes_tile_edges(entry) else 5), entry["name"]  # step forms (compact: no tails)
         assert count(code, "VIMNMX3.U16x2") == 15 * tests and count(code, "VIMNMX.U16x2") == tests, entry["name"]
