@@ -9,7 +9,8 @@ FA3 FP8 in one run: accuracy against the model and float64, then speed) time and
 shipped kernels. A variant equal to its shipped kernel is left out, and so is one that does not fit the registers
 (ptxas spills, which fails the build: reported) or shared memory. Variants that need code the shipped source does
 not hold are kept as patches here (timing.patch: a stopwatch in the key loops (measured), whose sums
-`python -m asmgen.sm90a.experiments.timing DIR` prints; exp2_poly.patch: exponentials on the FMA pipe for a share
+`python -m asmgen.sm90a.experiments.timing DIR` prints; first_pair.patch: a BF16 query tile's first two QK^T in one
+turn, with the per-tile choices but the compact tail, +2.0% at d = 128 on one machine, for a second; exp2_poly.patch: exponentials on the FMA pipe for a share
 of exact P's scores; alternate.patch: the FP8 consumers take turns over their softmax, and pv_overlap.patch: the FP8
 softmax under the consumer's own P V, both measured slower; halves.patch: FA3's overlap with 64-key tiles,
 prepared, it spills; trio.patch: three FP8 consumer warpgroups of 160 registers with their GEMMs serialised through
