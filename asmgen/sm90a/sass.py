@@ -97,13 +97,11 @@ def steps(code: list[str]) -> list[Step]:
 
 def epilogue(code: list[str]) -> list[str]:
     """A query tile's epilogue after its last P V: from the P V wait before O's first `stmatrix` (the staged and
-    bulk-copy stores) to O's last 16-byte store or bulk copy, NOPs left out; empty for a cubin without stmatrix or
-    whose stores come before any P V wait (a variant that stores O under the next tile's first QK^T)."""
+    bulk-copy stores) to O's last 16-byte store or bulk copy, NOPs left out; empty for a cubin without stmatrix."""
     first = next((i for i, c in enumerate(code) if c.startswith("STSM")), None)
-    waits = [i for i in range(first or 0) if PV_WAIT in code[i]]
-    if not waits:
+    if first is None:
         return []
-    start = waits[-1]
+    start = max(i for i in range(first) if PV_WAIT in code[i])
     end = max(i for i, c in enumerate(code) if _O_STORE.search(c))
     return [c for c in code[start:end + 1] if not c.startswith("NOP")]
 
