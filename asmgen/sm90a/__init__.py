@@ -125,12 +125,13 @@ SCHEDULES = ("pingpong", "independent")
 # in three runs -2.5% to +6.9% at 2K (mean +2.8%), 0 to +5% at 3000, +4% to +10% at 4K ("The epilogue under the next
 # QK^T and the d = 128 ranges"), so no d = 128 independent BF16 kernel is built; level with ping-pong at 1000 until
 # its moved-maximum test took the halves' maximum, +1.7% / +2.6% over it there since ("The moved-maximum test by
-# maxima"). d_qk = 192: ping-pong ahead at 1000 (+0.7% / +4.4%); from 2K the code-test kernel, +1.4% to +6.9% over
-# the independent one at 4K in three runs ("The hand-off and the BF16 ranges") and, with the maxima, +1.7% to +12% over
-# ping-pong at 2K-3000 in three runs.
+# maxima"). d_qk = 192: ping-pong ahead at 1000 (+0.7% / +4.4%); the code-test kernel +1.4% to +6.9% over the
+# independent one at 4K in three runs ("The hand-off and the BF16 ranges"), with the maxima +1.7% to +12% over
+# ping-pong at 2K-3000 in three runs, and with the per-tile choices +3% and +6.5% over it at 1536, +2% at 1792, -4% to
+# +4% at 768-1280 ("The first pair on a second machine"), so from 1536.
 BF16_SERVES_FROM = {
     128: (("pingpong", False, 0), ("pingpong", True, 1000)),
-    192: (("pingpong", False, 0), ("pingpong", True, 2048)),
+    192: (("pingpong", False, 0), ("pingpong", True, 1536)),
 }
 
 
@@ -253,18 +254,15 @@ def probes_ring(kernel: dict) -> bool:
         kernel["dtype"] == "bf16" and kernel["code_test"] and kernel["d_qk"] in PROBE_RING_CODE_TEST_D_QK)
 
 
-# The BF16 kernels of these d_qk take the per-tile choices: every one finishes a query tile's rows under its last P V
-# (kLeanEpilogue: the lse by lg2.approx, so all kernels of a head dims keep bitwise the same lse), the code-test one
-# also runs one loop with the diagonal step masked by a flag (kCompactTail) and loads a query tile's first K ahead of
-# its Q (kKFirst). Measured on the H200 (docs/sm90a.md, "The per-tile patches and the late turn, measured") in the
-# code-test kernels against the same kernels without them, on two machines: d_qk = 192 +2.7% and +2.3% on average at
-# 1000-4K (-1.4% to +6.7%), level from 8K; d = 128 +0.2% and -0.8% (-2.6% to +2.8%), -1.3% and -1.8% at 8K, not taken.
-TILE_EDGES_D_QK = {192}
-
-
-def takes_tile_edges(kernel: dict) -> bool:
-    """Whether a kernel takes the per-tile choices (kLeanEpilogue; a code-test kernel also kCompactTail, kKFirst)."""
-    return kernel["dtype"] == "bf16" and kernel["d_qk"] in TILE_EDGES_D_QK
+# The per-tile choices of the BF16 kernels, measured on the H200 (docs/sm90a.md, "The per-tile patches and the late
+# turn, measured" and "The first pair on a second machine"): every BF16 kernel finishes a query tile's rows under its
+# last P V (kLeanEpilogue: the lse by lg2.approx, so all kernels of a head dims keep bitwise the same lse); the
+# code-test kernels load a query tile's first K ahead of its Q (kKFirst) and shorten a query tile's edges each in its
+# own way: d_qk = 192 one loop with the diagonal step masked by a flag (kCompactTail: +2.7% and +2.3% on average at
+# 1000-4K on two machines, level from 8K), d = 128 a query tile's first two QK^T in one turn (kFirstPair: +2.0% and
+# +1.3% on average at 1000-8K on two machines; the d_qk = 192 kernel spills with it, and the compact tail made the
+# d = 128 step 4-7% longer).
+CODE_TEST_EDGE = {128: "first_pair", 192: "compact_tail"}
 
 
 _SCHEDULE_TYPES = {"pingpong": "PingPong", "independent": "Independent"}
@@ -276,10 +274,10 @@ def _cxx_bool(value: bool) -> str:
 
 
 def config_header(kernel: dict, *, store: str | None = None, probe_ring: bool | None = None,
-                  code_test: bool | None = None, tile_edges: bool | None = None) -> str:
+                  code_test: bool | None = None, tile_edges: bool = True) -> str:
     """kernel_config.cuh of one kernel: its symbol and zyfa::Config (config.cuh), from its manifest entry and the
     measured choices above. The keywords are choices a measurement variant makes differently
-    (asmgen/sm90a/experiments; default: STORES, probes_ring, the entry's code_test and takes_tile_edges)."""
+    (asmgen/sm90a/experiments; default: STORES, probes_ring, the entry's code_test and the per-tile choices)."""
     code_test = kernel["code_test"] if code_test is None else code_test
     fields = [
         ("int", "kDQk", kernel["d_qk"]),
@@ -292,9 +290,10 @@ def config_header(kernel: dict, *, store: str | None = None, probe_ring: bool | 
     ]
     if kernel["dtype"] == "bf16":
         element = "Bf16"
-        edges = takes_tile_edges(kernel) if tile_edges is None else tile_edges
-        fields += [("bool", "kLeanEpilogue", _cxx_bool(edges)), ("bool", "kKFirst", _cxx_bool(edges and code_test)),
-                   ("bool", "kCompactTail", _cxx_bool(edges and code_test))]
+        edge = CODE_TEST_EDGE[kernel["d_qk"]] if tile_edges and code_test else None
+        fields += [("bool", "kLeanEpilogue", _cxx_bool(tile_edges)), ("bool", "kKFirst", _cxx_bool(edge is not None)),
+                   ("bool", "kCompactTail", _cxx_bool(edge == "compact_tail")),
+                   ("bool", "kFirstPair", _cxx_bool(edge == "first_pair"))]
     else:
         element = "E4m3"
         fields += [

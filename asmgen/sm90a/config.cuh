@@ -55,6 +55,7 @@ struct Bf16 {
   static constexpr bool kLeanEpilogue = false;  // rows finished under the last P V, the lse by lg2.approx
   static constexpr bool kCompactTail = false;   // the code-test loop masks its diagonal step by a flag
   static constexpr bool kKFirst = false;        // the producer loads a query tile's first K before its Q
+  static constexpr bool kFirstPair = false;     // the code-test loop issues key tiles 0 and 1's QK^T in one turn
   static constexpr int tile_bytes(int cols) { return (cols + kBoxCols - 1) / kBoxCols * kBoxBytes; }  // 128 rows
   static constexpr int v_tile_bytes(int d_v) { return tile_bytes(d_v); }  // 128 keys x d_v
 };

@@ -82,23 +82,83 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
       q_parity ^= 1;
 
       // Key tile 0: QK^T alone (no P V before it).
-      mbar_wait(bars.k_full(ring.slot), ring.parity);
-      turn.issue([&] {
-        issue_qk<C>(s, q_rows, smem_ring.k_tile(ring));
-        wgmma_commit();
-      });
-      wgmma_wait<0>();
-      loads.probe(bars, ring);
-      fence_regs(s);
-      smem_ring.release(bars.k_empty(ring.slot));
-      if (tile == 0) {
-        smem_ring.release(bars.q_empty());
-        mask_diagonal(s, row0, lane);
+      auto first_step = [&] {
+        mbar_wait(bars.k_full(ring.slot), ring.parity);
+        turn.issue([&] {
+          issue_qk<C>(s, q_rows, smem_ring.k_tile(ring));
+          wgmma_commit();
+        });
+        wgmma_wait<0>();
+        loads.probe(bars, ring);
+        fence_regs(s);
+        smem_ring.release(bars.k_empty(ring.slot));
+        if (tile == 0) {
+          smem_ring.release(bars.q_empty());
+          mask_diagonal(s, row0, lane);
+        }
+        softmax_tile<C>(s, st, scale_log2, factor);
+        pack_p(s, pf);
+        prev = ring;
+        ring.advance();
+      };
+      // C::kFirstPair, from the second query tile on: key tiles 0 and 1 with both QK^T in one turn, S of tile 0
+      // in O's registers (O accumulates nothing before the first P V), so that tile 0's softmax runs under tile
+      // 1's QK^T rather than before it; then tile 1's softmax under P V of tile 0, P of tile 1 left in `pf`.
+      auto first_pair = [&] {
+        RingPos<C::kStages> next = ring;
+        next.advance();
+        mbar_wait(bars.k_full(ring.slot), ring.parity);
+        mbar_wait(bars.k_full(next.slot), next.parity);
+        turn.issue([&] {
+          issue_qk<C>(o, q_rows, smem_ring.k_tile(ring));
+          wgmma_commit();
+          issue_qk<C>(s, q_rows, smem_ring.k_tile(next));
+          wgmma_commit();
+        });
+        wgmma_wait<1>();
+        fence_regs(o);
+        smem_ring.release(bars.k_empty(ring.slot));
+        softmax_tile<C>(o, st, scale_log2, factor);
+        pack_p(o, pf2);
+        // the next loads probed with an address that depends on all of tile 0's P (a select never taken): ptxas
+        // would otherwise move tile 0's softmax below the wait for tile 1's S
+        loads.probe_pinned(bars, next, packed_or(pf2));
+        wgmma_wait<0>();
+        fence_regs(s);
+        smem_ring.release(bars.k_empty(next.slot));
+#pragma unroll
+        for (int r = 0; r < 64; ++r) o[r] = 0.0f;
+        if (turn.leads()) mbar_wait(bars.v_full(ring.slot), ring.parity);
+        turn.issue([&] {
+          issue_pv<C>(o, pf2, smem_ring.v_tile(ring));
+          wgmma_commit();
+        });
+        if (tile == 1) {
+          smem_ring.release(bars.q_empty());
+          mask_diagonal(s, row0, lane);
+        }
+        const bool packed = !codes_may_have_moved<C>(s, st, scale_log2, pf);
+        factor[0] = factor[1] = 1.0f;
+        if (!packed) softmax_tile<C>(s, st, scale_log2, factor);
+        fence_regs(s);
+        if (!packed) pack_p(s, pf);
+        wgmma_wait<0>();
+        fence_regs(o);
+        smem_ring.release(bars.v_empty(ring.slot));
+        rescale_o(o, factor);
+        prev = next;
+        ring = next;
+        ring.advance();
+      };
+      if constexpr (C::kFirstPair) {
+        if (tile > 0) {
+          first_pair();
+        } else {
+          first_step();
+        }
+      } else {
+        first_step();
       }
-      softmax_tile<C>(s, st, scale_log2, factor);
-      pack_p(s, pf);
-      prev = ring;
-      ring.advance();
 
       // One key tile after the first: S of this tile and P V of the previous one in flight together.
       auto step = [&](auto diagonal, uint32_t(&pf_read)[32], uint32_t(&pf_write)[32]) {
@@ -171,6 +231,24 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
             break;
           }
           step(kt + 1 == tile, pf2, pf);
+        }
+      } else if constexpr (C::kFirstPair) {  // after the first step (tile 0) or the first pair: P in `pf`
+        if (tile <= 1) {
+          last_pv(pf);
+        } else {
+          int kt = 2;
+          for (; kt + 1 < tile; kt += 2) {
+            step(std::false_type{}, pf, pf2);
+            step(std::false_type{}, pf2, pf);
+          }
+          if (kt < tile) {
+            step(std::false_type{}, pf, pf2);
+            step(std::true_type{}, pf2, pf);
+            last_pv(pf);
+          } else {
+            step(std::true_type{}, pf, pf2);
+            last_pv(pf2);
+          }
         }
       } else if constexpr (C::kCodeTest) {  // the two P sets take turns: two steps per loop trip
         int kt = 1;

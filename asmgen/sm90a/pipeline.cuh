@@ -75,6 +75,19 @@ struct LoadProbe {
       v_loaded = mbar_test(bars.v_full(at.slot), at.parity);
     }
   }
+  // probe(), with barrier addresses that depend on `pin` by a select never taken (pin is never ~0u), so that it
+  // stands after the work `pin` comes from (C::kFirstPair).
+  __device__ __forceinline__ void probe_pinned(const Barriers& bars, const RingPos<C::kStages>& at, uint32_t pin) {
+    const uint32_t never = pin == ~0u ? 8u : 0u;
+    RingPos<C::kStages> next = at;
+    next.advance();
+    const bool k = mbar_test(bars.k_full(next.slot) + never, next.parity);
+    const bool v = mbar_test(bars.v_full(at.slot) + never, at.parity);
+    if constexpr (C::kProbeRing) {
+      k_loaded = k;
+      v_loaded = v;
+    }
+  }
   __device__ __forceinline__ void wait_k(const Barriers& bars, const RingPos<C::kStages>& at) const {
     if (!k_loaded) mbar_wait(bars.k_full(at.slot), at.parity);
   }

@@ -51,6 +51,7 @@ class Config:
     pingpong: bool = True
     both_gemms: bool = False  # the FP8 main loop: each step waits for QK^T and P V together
     k_first: bool = False  # kKFirst: the producer loads a query tile's first K before its Q
+    first_pair: bool = False  # kFirstPair: key tiles 0 and 1's QK^T in one turn from query tile 1 on
 
 
 @dataclass
@@ -141,15 +142,35 @@ def consume(c: int, tiles, group: int, cfg: Config):
     for q_uses, (b, h, tile) in enumerate(tiles):
         kv = (b, h // group)
         yield "wait", "q_full", q_uses % 2, q_uses + 1
-        yield full_wait("k", ring, k_uses)
-        yield from turn([[("Q", 0, ("Q", b, h, tile)), ("K", ring.slot, ("K", *kv, 0))]])
-        yield "wait_group", c, 0
-        yield free(f"k_empty{ring.slot}")
-        if tile == 0:
-            yield free("q_empty")
-        prev = ring.copy()
+        first = 1
+        if cfg.first_pair and tile > 0:  # QK^T of key tiles 0 and 1 in one turn, then P V of tile 0 in another
+            nxt = ring.copy()
+            nxt.advance()
+            yield full_wait("k", ring, k_uses)
+            yield full_wait("k", nxt, k_uses)
+            yield from turn([[("Q", 0, ("Q", b, h, tile)), ("K", ring.slot, ("K", *kv, 0))],
+                             [("Q", 0, ("Q", b, h, tile)), ("K", nxt.slot, ("K", *kv, 1))]])
+            yield "wait_group", c, 1
+            yield free(f"k_empty{ring.slot}")
+            yield "wait_group", c, 0
+            yield free(f"k_empty{nxt.slot}")
+            yield full_wait("v", ring, v_uses)
+            yield from turn([[("V", ring.slot, ("V", *kv, 0))]])
+            if tile == 1:
+                yield free("q_empty")
+            yield "wait_group", c, 0
+            yield free(f"v_empty{ring.slot}")
+            prev, ring, first = nxt.copy(), nxt, 2
+        else:
+            yield full_wait("k", ring, k_uses)
+            yield from turn([[("Q", 0, ("Q", b, h, tile)), ("K", ring.slot, ("K", *kv, 0))]])
+            yield "wait_group", c, 0
+            yield free(f"k_empty{ring.slot}")
+            if tile == 0:
+                yield free("q_empty")
+            prev = ring.copy()
         ring.advance()
-        for kt in range(1, tile + 1):
+        for kt in range(first, tile + 1):
             yield full_wait("k", ring, k_uses)
             yield full_wait("v", prev, v_uses)
             yield from turn([[("Q", 0, ("Q", b, h, tile)), ("K", ring.slot, ("K", *kv, kt))],

@@ -86,6 +86,14 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[32])
   for (int i = 0; i < 32; ++i) pf[i] = pack_bf16x2(s[2 * i], s[2 * i + 1]);
 }
 
+// The OR of a packed P set: depends on all of it, and is never ~0u (packed P has no sign bits).
+__device__ __forceinline__ uint32_t packed_or(const uint32_t (&pf)[32]) {
+  uint32_t x = pf[0];
+#pragma unroll
+  for (int i = 1; i < 32; ++i) x |= pf[i];
+  return x;
+}
+
 __device__ __forceinline__ void rescale_o(float (&o)[64], const float (&factor)[2]) {
   if (factor[0] != 1.0f || factor[1] != 1.0f) scale_rows(o, factor);
 }

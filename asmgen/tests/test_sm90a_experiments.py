@@ -4,19 +4,14 @@ choice changed, and none equal to its shipped kernel is built. Needs nvcc and cu
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from asmgen import sm90a
 from asmgen.sm90a import experiments, sass
-from zyfa.jobs import balanced_jobs, cta_tiles
 
 
 def test_independent_variants_rebuild_the_bf16_kernels_without_turns(tmp_path):
@@ -243,22 +238,17 @@ def test_every_job_order_covers_each_query_tile_once():
     assert jobs.TAIL_ROUNDS == 2  # the orders leave the shipped table as it was
 
 
-def test_the_tile_edges_variants_turn_the_per_tile_choices_each_way(tmp_path):
-    # every BF16 kernel with the per-tile choices (takes_tile_edges) against itself without them: the shipped d_qk = 192
-    # code-test kernel against its no_tile_edges variant, the others' tile_edges variants against them
-    entries = experiments.build_variants(tmp_path, ["tile_edges", "no_tile_edges"], ["bf16"])
-    takes = {k["name"]: sm90a.takes_tile_edges(k) for k in sm90a.BF16_KERNELS}
-    assert any(takes.values()) and not all(takes.values())
-    assert sorted(e["name"] for e in entries) == sorted(
-        f"{name}_{'no_tile_edges' if edges else 'tile_edges'}" for name, edges in takes.items())
+def test_the_no_tile_edges_variants_take_the_per_tile_choices_away(tmp_path):
+    # every shipped BF16 kernel (with the per-tile choices, CODE_TEST_EDGE) against itself without them
+    entries = experiments.build_variants(tmp_path, ["no_tile_edges"], ["bf16"])
+    assert sorted(e["name"] for e in entries) == sorted(f"{k['name']}_no_tile_edges" for k in sm90a.BF16_KERNELS)
     for entry in entries:
-        variant = "no_tile_edges" if entry["name"].endswith("no_tile_edges") else "tile_edges"
-        base, code, shipped_code = _codes(tmp_path, entry, variant)
-        edges, plain = (shipped_code, code) if takes[base["name"]] else (code, shipped_code)
+        base, plain, edges = _codes(tmp_path, entry, "no_tile_edges")
+        edge = sm90a.CODE_TEST_EDGE[base["d_qk"]] if base["code_test"] else None
         assert entry["resources"]["local_bytes"] == 0 and entry["shared_bytes"] == base["shared_bytes"]
-        assert _count(code, r"WARPGROUP\.DEPBAR") < _count(code, GEMM) / 4  # no wgmma serialised
+        assert _count(plain, r"WARPGROUP\.DEPBAR") < _count(plain, GEMM) / 4  # no wgmma serialised
         # kKFirst (code-test kernels): the producer's extra K load site (TMA boxes of 64 columns)
-        boxes = -(-base["d_qk"] // 64) if base["code_test"] else 0
+        boxes = -(-base["d_qk"] // 64) if edge else 0
         assert _count(edges, r"\bUTMALDG\b") == _count(plain, r"\bUTMALDG\b") + boxes
         # kLeanEpilogue: the rows' lse by MUFU.LG2 between the issue of the tile's last P V and the wait for it;
         # after that wait O's stores as without, no division and no software log2, at least 100 instructions fewer
@@ -270,71 +260,23 @@ def test_the_tile_edges_variants_turn_the_per_tile_choices_each_way(tmp_path):
         assert _count(epilogue, O_STORES) == _count(plain_epilogue, O_STORES)
         assert _count(epilogue, r"MUFU\.RCP|\bCALL\b|\bFFMA\b") == 0 < _count(plain_epilogue, r"\bCALL\b")
         assert len(epilogue) <= len(plain_epilogue) - 100, entry["name"]
-        # kCompactTail (code-test kernels): two step forms, an S wait each, where the other loop has five, in under
-        # two thirds of the code; the ping-pong kernels' key loop as it was
+        # the key loop: an S wait per step form, five in the code-test loop without its edge (two a trip, three
+        # tails); kCompactTail two, in under two thirds of the code; kFirstPair one more (the pair's second QK^T),
+        # 24 wgmmas more (the pair's turn and its P V); the ping-pong kernels' loop as it was
         s_waits = _count(edges, r"DEPBAR\.LE gsb0, 0x1"), _count(plain, r"DEPBAR\.LE gsb0, 0x1")
-        if base["code_test"]:
+        if edge == "compact_tail":
             assert s_waits == (2, 5) and len(edges) < 2 / 3 * len(plain)
+        elif edge == "first_pair":
+            assert s_waits == (6, 5) and _count(edges, GEMM) == _count(plain, GEMM) + 24
+            # the pair's turn: 16 QK^T wgmmas from shared memory, then tile 0's 64 exponentials between the waits
+            # for its S and tile 1's
+            first = next(i for i, c in enumerate(edges) if "DEPBAR.LE gsb0, 0x1" in c)
+            second = next(i for i in range(first + 1, len(edges)) if "WARPGROUP.DEPBAR" in edges[i])
+            assert "gsb0, 0x0" in edges[second] and _count(edges[first:second], r"MUFU\.EX2") == 64
+            issue = [i for i in range(first) if re.search(r"\bHGMMA\b", edges[i])][-16:]
+            assert all("gdesc" in edges[i] and "tnspB" not in edges[i] for i in issue)
         else:
             assert s_waits[0] == s_waits[1] and _count(edges, GEMM) == _count(plain, GEMM)
-
-def test_the_first_pair_patch_runs_tile_0s_softmax_under_tile_1s_qk(tmp_path):
-    entries = experiments.build_patched(tmp_path, "first_pair.patch", dtypes=["bf16"])
-    # the code-test kernels only, d_qk = 192 spilling (not built); the plain kernels' entries are lean_epilogue and
-    # k_first alone (no code-test loop to pair), equal to tile_edges
-    code_test = [e for e in entries if e["code_test"]]
-    assert [e["name"] for e in code_test] == ["sm90a_fwd_bf16_d128_code_test_pingpong_first_pair"]
-    entry = code_test[0]
-    _, code, shipped_code = _codes(tmp_path, entry, "first_pair")
-    assert not entry.get("same_results_as_shipped") and entry["resources"]["local_bytes"] == 0  # the lse's bits
-    assert _count(code, r"\bHGMMA\b") == _count(shipped_code, r"\bHGMMA\b") + 24  # the pair
-    assert _count(code, r"WARPGROUP\.DEPBAR") < _count(code, r"HGMMA") / 4  # no wgmma serialised
-    assert _count(code, r"MUFU\.LG2") > 0  # with the lean epilogue
-    # the pair's turn: 16 QK^T wgmmas from shared memory, then tile 0's 64 exponentials between the waits for its S
-    # and tile 1's
-    first = next(i for i, c in enumerate(code) if "DEPBAR.LE gsb0, 0x1" in c)
-    second = next(i for i in range(first + 1, len(code)) if "WARPGROUP.DEPBAR" in code[i])
-    assert "gsb0, 0x0" in code[second] and _count(code[first:second], r"MUFU\.EX2") == 64
-    issue = [i for i in range(first) if re.search(r"\bHGMMA\b", code[i])][-16:]
-    assert all("gdesc" in code[i] and "tnspB" not in code[i] for i in issue)
-
-
-def test_the_first_pair_patch_keeps_the_protocol():
-    # the patched synchronisation model (the pair's turns, with the producer's K-first order) under random
-    # interleavings of the protocol test's job tables, and it catches a pair that skips key tile 1's K wait
-    with experiments.patched_tree("first_pair.patch") as tree:
-        spec = importlib.util.spec_from_file_location("first_pair_protocol", tree / "asmgen/sm90a/protocol.py")
-        model = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = model  # dataclasses look their module up by name
-        try:
-            spec.loader.exec_module(model)
-            tables = [(1, 4, 2, 6, 3), (2, 3, 3, 5, 4), (1, 8, 2, 4, 5)]  # test_sm90a_protocol.py's
-            for stages, (batch, heads, heads_k, num_tiles, grid) in itertools.product((2, 3), tables):
-                table = balanced_jobs(batch, heads, num_tiles, grid)
-                for cta, seed in itertools.product(range(table.shape[1]), range(4)):
-                    cfg = model.Config(stages, k_first=True, first_pair=True)
-                    assert model.run(cta_tiles(table, cta), heads // heads_k, cfg, seed) > 0
-            consume = model.consume
-
-            def without_k1_wait(*args):  # the wait for key tile 1's K: the one right after key tile 0's
-                before = None
-                for op in consume(*args):
-                    if not (_waits_for_k(op) and _waits_for_k(before)):
-                        yield op
-                    before = op
-
-            model.consume = without_k1_wait
-            tiles = cta_tiles(balanced_jobs(1, 4, 6, 3), 0)
-            with pytest.raises(model.ProtocolError, match="holds"):
-                for seed in range(200):
-                    model.run(tiles, 2, model.Config(k_first=True, first_pair=True), seed)
-        finally:
-            del sys.modules[spec.name]
-
-
-def _waits_for_k(op) -> bool:
-    """Whether a synchronisation model's operation (asmgen/sm90a/protocol.py) waits for a K load."""
-    return op is not None and op[0] == "wait" and op[1].startswith("k_full")
 
 
 def test_a_patch_names_the_variants_it_adds():

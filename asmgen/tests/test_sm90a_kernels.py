@@ -26,6 +26,20 @@ def config_of(entry: dict) -> dict[str, str]:
     return fields
 
 
+def code_test_forms(entry: dict) -> int:
+    """The step forms of a BF16 code-test kernel: kCompactTail's two (the diagonal among them, masked by a flag);
+    else two a loop trip and three tails, and kFirstPair's second step of the pair."""
+    return 2 if sm90a.CODE_TEST_EDGE[entry["d_qk"]] == "compact_tail" else 6
+
+
+def code_test_tails(entry: dict) -> int:
+    """The sites of a BF16 kernel's last P V: one in a plain kernel; in a code-test kernel one after either step form
+    (kCompactTail), or after the first step or the pair, and after each parity's diagonal step (kFirstPair)."""
+    if not entry["code_test"]:
+        return 1
+    return 2 if sm90a.CODE_TEST_EDGE[entry["d_qk"]] == "compact_tail" else 3
+
+
 def test_config_header_is_the_manifest_entry():
     for entry in sm90a.BF16_KERNELS:
         config = config_of(entry)
@@ -36,6 +50,10 @@ def test_config_header_is_the_manifest_entry():
         assert int(config["kDynamicSharedBytes"]) == entry["shared_bytes"] - sm90a.RESERVED_SHARED
         assert config["Schedule"] == {"pingpong": "PingPong", "independent": "Independent"}[entry["schedule"]]
         assert config["kCodeTest"] == ("true" if entry["code_test"] else "false")
+        # the per-tile choices: every kernel the lean epilogue, a code-test kernel K first and its head dims' edge
+        edge = sm90a.CODE_TEST_EDGE[entry["d_qk"]] if entry["code_test"] else None
+        assert [config[k] == "true" for k in ("kLeanEpilogue", "kKFirst", "kCompactTail", "kFirstPair")] == [
+            True, entry["code_test"], edge == "compact_tail", edge == "first_pair"], entry["name"]
 
 
 def test_shipped_kernels_take_the_measured_choices():
@@ -61,20 +79,18 @@ def test_broadcast_index_puts_the_descriptors_in_uniform_registers():
     for entry in sm90a.KERNELS:
         code = sass.instructions(sass.OBJECTS / entry["file"])
         gemms = sum("GMMA" in c for c in code)
-        # but for the BF16 code-test kernels, whose second P set leaves ptxas no uniform registers for them: it
-        # converts the descriptors before each wgmma as without the broadcast (as measured, docs/sm90a.md), unless
-        # the loop is one of two step forms (kCompactTail, takes_tile_edges)
-        uniform = not (entry["dtype"] == "bf16" and entry["code_test"] and not sm90a.takes_tile_edges(entry))
+        # (the BF16 code-test kernels without their per-tile choices, variant no_tile_edges, convert them before
+        # each wgmma: their second P set leaves ptxas no uniform registers for them; docs/sm90a.md)
         # (the bulk-copy epilogue's loop over the lanes' row addresses, R2UR with a predicate result, aside)
         descriptor_moves = sum("R2UR" in c and not re.search(r"R2UR(\.OR)? P\d", c) for c in code)
-        assert (descriptor_moves < gemms) == uniform, entry["name"]
+        assert descriptor_moves < gemms, entry["name"]
 
 
 def test_each_epilogue_stores_o_in_its_form():
     # staged: per warp 16 rows x 128 columns through stmatrix (four 8x8 blocks per instruction), read back and
     # stored 16 bytes per lane; bulk: the same stmatrix, nothing read back, the rows out by bulk copies; the two
-    # 4-byte stores left are the log-sum-exp's rows (kLeanEpilogue: under each of the two last P V's sites of the
-    # code-test loop, four). Direct: 32 4-byte stores of O
+    # 4-byte stores left are the log-sum-exp's rows (kLeanEpilogue: under each site of the last P V, of which a
+    # code-test loop has two or three, code_test_tails). Direct: 32 4-byte stores of O
     expected = {"staged": (8, 8, 2, False), "bulk": (8, 0, 2, True), "direct": (0, 0, 34, False)}
     for entry in sm90a.KERNELS:
         form = sm90a.epilogue_store(entry["dtype"], entry["p_mode"])
@@ -83,7 +99,7 @@ def test_each_epilogue_stores_o_in_its_form():
         code = sass.instructions(sass.OBJECTS / entry["file"])
         stores = (count(code, "STSM.16.M88.4"), count(code, "STG.E.128"), count(code, "STG.E "),
                   count(code, "UBLKCP.G.S") > 0)
-        lse_sites = 2 if sm90a.takes_tile_edges(entry) and entry["code_test"] else 1
+        lse_sites = code_test_tails(entry) if entry["dtype"] == "bf16" else 1
         assert stores == (*expected[form][:2], expected[form][2] * lse_sites, expected[form][3]), entry["name"]
     assert {sm90a.epilogue_store(k["dtype"], k["p_mode"]) for k in sm90a.KERNELS} == {"staged", "bulk"}
 
@@ -92,12 +108,14 @@ def test_report_shows_where_the_shipped_kernels_softmax_runs():
     for entry in sm90a.BF16_KERNELS:
         found = sass.steps(sass.instructions(sass.OBJECTS / entry["file"]))
         if entry["code_test"]:
-            # two P sets in turn, two steps per loop trip (and three tail forms; with kCompactTail none): each step's
-            # P is written into the set no P V reads, so ptxas keeps the exponentials of both paths (the test's and
-            # the row maxima's) under P V
-            forms = 2 if sm90a.takes_tile_edges(entry) else 5  # kCompactTail
-            assert len(found) == forms, entry["name"]
-            assert all(s.exponentials >= 128 and s.exposed < 120 for s in found), entry["name"]
+            # two P sets in turn: each step's P is written into the set no P V reads, so ptxas keeps the
+            # exponentials of both paths (the test's and the row maxima's) under P V; with kFirstPair the pair's
+            # second step comes first, its own 64 under P V (tile 0's ran under the pair's second QK^T); after the
+            # wait for P V at most 136 instructions (rescale, release, the next turn), 83-136 as measured
+            pair = sm90a.CODE_TEST_EDGE[entry["d_qk"]] == "first_pair"
+            assert len(found) == code_test_forms(entry), entry["name"]
+            assert all(s.exponentials >= 128 and s.exposed <= 136 for s in found[pair:]), entry["name"]
+            assert not pair or (found[0].exponentials == 64 and found[0].exposed < 120), entry["name"]
             continue
         steady, diagonal = found
         # left to ptxas, which sinks the softmax past the wait: only the row maxima stay under P V
@@ -167,5 +185,5 @@ def test_the_bf16_moved_maximum_test_adds_once_after_the_maxima():
         if not entry["code_test"]:
             assert tests == count(code, "VIMNMX3.U16x2") == 0, entry["name"]
             continue
-        assert tests == (2 if sm90a.takes_tile_edges(entry) else 5), entry["name"]  # step forms (compact: no tails)
+        assert tests == code_test_forms(entry), entry["name"]  # one per step form
         assert count(code, "VIMNMX3.U16x2") == 15 * tests and count(code, "VIMNMX.U16x2") == tests, entry["name"]

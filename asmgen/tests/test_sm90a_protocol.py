@@ -15,6 +15,7 @@ CONFIGS = [protocol.Config(stages, pingpong) for stages, pingpong in itertools.p
 CONFIGS += [protocol.Config(stages, pingpong, both_gemms=True)
             for stages, pingpong in itertools.product((2, 3), (True, False))]
 CONFIGS += [protocol.Config(stages, k_first=True) for stages in (2, 3)]  # the BF16 kernels with kKFirst
+CONFIGS += [protocol.Config(stages, k_first=True, first_pair=True) for stages in (2, 3)]  # ... and kFirstPair
 # (batch, heads, heads_k, tiles, grid): few CTAs, so each walks many tiles of several jobs, with empty jobs and
 # single tiles in the tail, and tiles 0 (the diagonal alone) next to long ones
 TABLES = [(1, 4, 2, 6, 3), (2, 3, 3, 5, 4), (1, 8, 2, 4, 5)]
@@ -26,7 +27,8 @@ def tiles_of_every_cta(batch, heads, num_tiles, grid):
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"s{c.stages}-{'pp' if c.pingpong else 'ind'}"
-                         f"{'-fp8' if c.both_gemms else ''}{'-kfirst' if c.k_first else ''}")
+                         f"{'-fp8' if c.both_gemms else ''}{'-kfirst' if c.k_first else ''}"
+                         f"{'-pair' if c.first_pair else ''}")
 def test_protocol_holds_under_random_interleavings(cfg):
     for batch, heads, heads_k, num_tiles, grid in TABLES:
         for tiles in tiles_of_every_cta(batch, heads, num_tiles, grid):
@@ -52,11 +54,34 @@ def faulty(drop):
     # K never released: the producer waits for ever
     (lambda op: op[0] == "arrive" and op[1].startswith("k_empty"), "deadlock"),
 ])
-@pytest.mark.parametrize("cfg", [protocol.Config(), protocol.Config(both_gemms=True), protocol.Config(k_first=True)],
-                         ids=["bf16", "fp8", "bf16-kfirst"])
+@pytest.mark.parametrize("cfg", [protocol.Config(), protocol.Config(both_gemms=True), protocol.Config(k_first=True),
+                                 protocol.Config(k_first=True, first_pair=True)],
+                         ids=["bf16", "fp8", "bf16-kfirst", "bf16-pair"])
 def test_model_catches_broken_protocols(monkeypatch, drop, message, cfg):
     monkeypatch.setattr(protocol, "consume", faulty(drop))
     tiles = tiles_of_every_cta(1, 4, 6, 3)[0]
     with pytest.raises(protocol.ProtocolError, match=message):
         for seed in range(200):
             protocol.run(tiles, 2, cfg, seed)
+
+
+def test_model_catches_a_first_pair_that_skips_key_tile_1s_k(monkeypatch):
+    # kFirstPair waits for the K of key tiles 0 and 1 before the pair's turn; without the second wait the pair's
+    # second QK^T may read a K slot still loading
+    def waits_for_k(op):
+        return op is not None and op[0] == "wait" and op[1].startswith("k_full")
+
+    original = protocol.consume
+
+    def without_k1_wait(*args):  # the wait for key tile 1's K: the one right after key tile 0's
+        before = None
+        for op in original(*args):
+            if not (waits_for_k(op) and waits_for_k(before)):
+                yield op
+            before = op
+
+    monkeypatch.setattr(protocol, "consume", without_k1_wait)
+    tiles = tiles_of_every_cta(1, 4, 6, 3)[0]
+    with pytest.raises(protocol.ProtocolError, match="holds"):
+        for seed in range(200):
+            protocol.run(tiles, 2, protocol.Config(k_first=True, first_pair=True), seed)

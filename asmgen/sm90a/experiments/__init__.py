@@ -9,9 +9,8 @@ FA3 FP8 in one run: accuracy against the model and float64, then speed) time and
 shipped kernels. A variant equal to its shipped kernel is left out, and so is one that does not fit the registers
 (ptxas spills, which fails the build: reported) or shared memory. Variants that need code the shipped source does
 not hold are kept as patches here (timing.patch: a stopwatch in the key loops (measured), whose sums `python -m
-asmgen.sm90a.experiments.timing DIR` prints; first_pair.patch: a BF16 query tile's first two QK^T in one turn, with
-the per-tile choices but the compact tail, +2.0% at d = 128 on one machine, for a second; exp2_poly.patch:
-exponentials on the FMA pipe for a share of exact P's scores; alternate.patch: the FP8 consumers take turns over
+asmgen.sm90a.experiments.timing DIR` prints; exp2_poly.patch: exponentials on the FMA pipe for a share of exact P's
+scores; alternate.patch: the FP8 consumers take turns over
 their softmax, and pv_overlap.patch: the FP8 softmax under the consumer's own P V, both measured slower;
 halves.patch: FA3's overlap with 64-key tiles, prepared, it spills; trio.patch: three FP8 consumer warpgroups of 160
 registers with their GEMMs serialised through one accumulator, measured slower up to 16K and +1% to +2% at 32K; the
@@ -61,9 +60,8 @@ BF16_VARIANTS = {
     # every tile where it has it: bitwise the same results
     "code_test": ({"same_results_as_shipped": True}, {"code_test": True}, ("bf16",)),
     "no_code_test": ({"same_results_as_shipped": True}, {"code_test": False}, ("bf16",)),
-    # the per-tile choices (takes_tile_edges: kLeanEpilogue, kKFirst, and kCompactTail in a code-test kernel) where
-    # the shipped kernel has them not, and the other way: O bitwise the same, the lse within lg2.approx's error
-    "tile_edges": ({}, {"tile_edges": True}, ("bf16",)),
+    # without the per-tile choices (kLeanEpilogue; in a code-test kernel kKFirst and its CODE_TEST_EDGE): O bitwise
+    # the same, the lse within lg2.approx's error
     "no_tile_edges": ({}, {"tile_edges": False}, ("bf16",)),
 }
 FP8_VARIANTS = {

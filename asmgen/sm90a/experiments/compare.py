@@ -7,7 +7,7 @@ name, `<shipped kernel>_<variant>`; its shipped kernel is timed as "zyfa" or "zy
 names it). Per variant and configuration: the speed-up over the shipped kernel from the medians over rounds, the
 same from each round's pair (both timed in that round: the spread shows what the comparison is worth), and both
 kernels' ratio to FA3 where it ran. With --against VARIANT each variant is held against that variant of the same
-kernel instead (a variant's control: first_pair against tile_edges). A markdown table on stdout.
+kernel instead (a variant's control: timed_no_tile_edges against timed). A markdown table on stdout.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", type=Path, help="bench.json files of runs with --variants")
     ap.add_argument("--against", metavar="VARIANT", help="hold each variant against this variant of its kernel "
-                    "(e.g. tile_edges) rather than against the shipped kernel")
+                    "(e.g. timed) rather than against the shipped kernel")
     args = ap.parse_args(argv)
     runs = []
     for path in args.runs:
