@@ -233,6 +233,7 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
           step(kt + 1 == tile, pf2, pf);
         }
       } else if constexpr (C::kFirstPair) {  // after the first step (tile 0) or the first pair: P in `pf`
+        // (the two-set loop below from key tile 2; as one loop with the next form, ptxas schedules both otherwise)
         if (tile <= 1) {
           last_pv(pf);
         } else {
