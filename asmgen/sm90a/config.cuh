@@ -18,6 +18,7 @@
 //     static constexpr bool kLeanEpilogue;      // rows finished under the last P V (epilogue.cuh)
 //     static constexpr bool kCompactTail;       // one code-test loop, the diagonal step masked by a flag
 //     static constexpr bool kKFirst;            // a query tile's first K loaded before its Q (producer.cuh)
+//     static constexpr bool kFirstPair;         // a query tile's first two QK^T in one turn (code-test loop)
 //     // FP8:
 //     static constexpr PMode kPMode;            // exact or lean P (softmax_fp8.cuh)
 //     static constexpr int kDynamicSharedBytes; // what the launch provides (checked against the layout)

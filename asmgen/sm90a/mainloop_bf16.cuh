@@ -150,12 +150,8 @@ __device__ void consume(uint8_t* smem, const Barriers& bars, const Params& p, in
         ring = next;
         ring.advance();
       };
-      if constexpr (C::kFirstPair) {
-        if (tile > 0) {
-          first_pair();
-        } else {
-          first_step();
-        }
+      if (C::kFirstPair && tile > 0) {
+        first_pair();
       } else {
         first_step();
       }

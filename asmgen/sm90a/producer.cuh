@@ -39,7 +39,7 @@ __device__ void produce(const TensorMap* tq, const TensorMap* tk, const TensorMa
                     job.batch);
       q_parity ^= 1;
       for (int kt = 0; kt <= tile; ++kt) {
-        if (!C::kKFirst || !k_loaded) {
+        if (!k_loaded) {
           mbar_wait(bars.k_empty(ring.slot), ring.parity ^ 1);
           mbar_arrive_expect_tx(bars.k_full(ring.slot), L::kKBytes);
 #pragma unroll
