@@ -309,11 +309,17 @@ def config_header(kernel: dict, *, store: str | None = None, probe_ring: bool | 
 
 
 def build(kernel: dict, path: Path, **variant) -> None:
-    """Compile `kernel` into a cubin at `path` (`variant`: config_header's keywords). nvcc runs in a temporary folder
-    on a copy of the sources and the generated config, so the object does not depend on the checkout's location."""
+    """Compile `kernel` into a cubin at `path` (`variant`: config_header's keywords); fails where ptxas serialised
+    its wgmmas (sass.serialised). nvcc runs in a temporary folder on a copy of the sources and the generated config,
+    so the object does not depend on the checkout's location."""
+    from .sass import instructions, serialised
+
     files = {src.name: src.read_text() for src in SOURCE_DIR.glob("*.cu*")}
     files["kernel_config.cuh"] = config_header(kernel, **variant)
     compile_cubin(kernel["name"], files, SOURCES[kernel["dtype"]], path)
+    if serialised(instructions(path)):
+        Path(path).unlink()
+        raise RuntimeError(f"ptxas serialised the wgmmas of {kernel['name']} (each waited for before the next)")
 
 
 def compile_cubin(name: str, files: dict[str, str], source: str, path: Path, defines: tuple[str, ...] = ()) -> None:

@@ -95,6 +95,15 @@ def steps(code: list[str]) -> list[Step]:
     return out
 
 
+def serialised(code: list[str]) -> bool:
+    """Whether ptxas issued each wgmma alone (a wait for it before the next, `WARPGROUP.DEPBAR` between every two):
+    what it does to a whole kernel, with only a note under `ptxas -v`, when it cannot keep a wgmma pipeline (a stage
+    whose accumulators other instructions define, too few registers, a call inside a stage)."""
+    gemms = [i for i, c in enumerate(code) if _is_gemm(c)]
+    return len(gemms) > 1 and all(any("WARPGROUP.DEPBAR" in c for c in code[a + 1:b])
+                                  for a, b in zip(gemms, gemms[1:], strict=False))
+
+
 def epilogue(code: list[str]) -> list[str]:
     """A query tile's epilogue after its last P V: from the P V wait before O's first `stmatrix` (the staged and
     bulk-copy stores) to O's last 16-byte store or bulk copy, NOPs left out; empty for a cubin without stmatrix."""

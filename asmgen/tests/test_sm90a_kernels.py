@@ -86,6 +86,21 @@ def test_broadcast_index_puts_the_descriptors_in_uniform_registers():
         assert descriptor_moves < gemms, entry["name"]
 
 
+def test_no_shipped_kernel_has_its_wgmmas_serialised():
+    for entry in sm90a.KERNELS:
+        assert not sass.serialised(sass.instructions(sass.OBJECTS / entry["file"])), entry["name"]
+
+
+def test_serialised_reads_a_wait_between_every_two_wgmmas():
+    gemm, wait = "HGMMA.64x128x16.F32.BF16 R88, gdesc[UR4], R88, gsb0", "WARPGROUP.DEPBAR.LE gsb0, 0x0"
+    other = "FMUL R1, R2, R3"
+    # a group of wgmmas issued back to back, then waited for: a pipeline
+    assert not sass.serialised(["WARPGROUP.ARRIVE", gemm, gemm, other, gemm, wait, other])
+    # each alone: ptxas's serialised form
+    assert sass.serialised(["WARPGROUP.ARRIVE", gemm, wait, "WARPGROUP.ARRIVE", gemm, wait, other, gemm, wait])
+    assert not sass.serialised([gemm, wait]) and not sass.serialised([other])
+
+
 def test_each_epilogue_stores_o_in_its_form():
     # staged: per warp 16 rows x 128 columns through stmatrix (four 8x8 blocks per instruction), read back and
     # stored 16 bytes per lane; bulk: the same stmatrix, nothing read back, the rows out by bulk copies; the two
