@@ -155,6 +155,26 @@ def test_the_alternate_patch_puts_each_steps_exponentials_inside_a_turn(tmp_path
             assert sum("BAR.ARV" in c for c in body[first_exp:]) <= 1
 
 
+def test_the_diagonal_half_patch_builds_half_diagonal_forms_that_keep_the_wgmma_pipeline(tmp_path):
+    entries = {e["name"]: e for e in experiments.build_patched(tmp_path, "diagonal_half.patch", None, ["bf16"])}
+    # every BF16 kernel but the d = 128 plain one, which ptxas serialises (the build refuses it)
+    assert set(entries) == {f"{k['name']}_{v}" for k in sm90a.BF16_KERNELS for v in ("diagonal_half",
+                            "diagonal_half_softmax") if k["code_test"] or k["d_qk"] == 192}
+    for name, entry in entries.items():
+        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        code = sass.instructions(tmp_path / entry["file"])
+        assert not sass.serialised(code)
+        kernel = next(k for k in sm90a.BF16_KERNELS if name.startswith(k["name"] + "_"))
+        compact = kernel["code_test"] and sm90a.CODE_TEST_EDGE[kernel["d_qk"]] == "compact_tail"
+        # the half QK^T in each diagonal step form (the plain loop's one, the code-test loop's two tails; none in the
+        # compact tail, whose diagonal step is flagged): d_qk / 16 wgmmas each
+        forms = 0 if compact else 2 if kernel["code_test"] else 1
+        assert sum("HGMMA.64x64x16" in c for c in code) == forms * kernel["d_qk"] // 16, name
+        if name.endswith("_softmax") and kernel["code_test"] and not compact:
+            # the d = 128 code-test kernel's two half diagonal forms: 64 exponentials of P under P V, not 128
+            assert sorted(s.exponentials for s in sass.steps(code))[:2] == [66, 66], name
+
+
 def test_the_trio_patch_builds_three_consumer_fp8_variants_whose_key_loop_keeps_to_registers(tmp_path, monkeypatch):
     monkeypatch.setenv("ZYFA_ALLOW_SPILLS", "1")  # the epilogue's few spills (the patch says so)
     entries = experiments.build_patched(tmp_path, "trio.patch", ["trio"], ["fp8e4m3"])
@@ -285,6 +305,7 @@ def test_a_patch_names_the_variants_it_adds():
     assert experiments.patch_variants("timing.patch") == ["timed", "timed_fine", "timed_no_code_test",
                                                           "timed_no_tile_edges", "timed_pingpong"]
     assert experiments.patch_variants("trio.patch") == ["trio"]
+    assert experiments.patch_variants("diagonal_half.patch") == ["diagonal_half", "diagonal_half_softmax"]
     assert experiments.patch_variants("exp2_poly.patch") == []  # built by comprehension: named with --only
     for patch in experiments.PATCHES:  # what a patch adds is no variant of the unpatched sources
         assert not set(experiments.patch_variants(patch)) & set(experiments.NAMES), patch
