@@ -312,7 +312,7 @@ def build(kernel: dict, path: Path, **variant) -> None:
     """Compile `kernel` into a cubin at `path` (`variant`: config_header's keywords); fails where ptxas serialised
     its wgmmas (sass.serialised). nvcc runs in a temporary folder on a copy of the sources and the generated config,
     so the object does not depend on the checkout's location."""
-    from .sass import instructions, serialised
+    from .sass import instructions, serialised  # sass imports this module
 
     files = {src.name: src.read_text() for src in SOURCE_DIR.glob("*.cu*")}
     files["kernel_config.cuh"] = config_header(kernel, **variant)
