@@ -135,6 +135,41 @@ def test_the_timing_patch_builds_timed_bf16_variants_whose_laps_bound_the_p_v_wa
     assert timing.per_step(sums, grid=2)[0]["pre"] == 80  # the same slot read as FP8's
 
 
+def test_the_timing_patch_builds_timed_regions_variants_whose_region_sums_the_reader_splits(tmp_path):
+    from asmgen.sm90a.experiments import timing
+
+    entries = experiments.build_patched(tmp_path, "timing.patch", ["timed_regions"], ["bf16"])
+    # every BF16 kernel but the d_qk = 192 code-test one, which spills 8 bytes around its tile loop with it
+    assert {e["name"] for e in entries} == {f"{k['name']}_timed_regions" for k in sm90a.BF16_KERNELS
+                                            if not (k["code_test"] and k["d_qk"] == 192)}
+    for entry in entries:
+        assert entry["timed_regions"] and entry["resources"]["local_bytes"] == 0
+        code = sass.instructions(tmp_path / entry["file"])
+        # the flushes, lane 0's adds of a group's slots: after the Q wait and at the end as without regions, after
+        # the first steps, and before and after each form of the diagonal step
+        adds = _count(code, r"\bREDG\.E\.ADD")
+        assert adds % len(timing.SLOTS["bf16"]) == 0 and adds >= 5 * len(timing.SLOTS["bf16"])
+    # two CTAs, consumer warp 0 of each warpgroup: 4 query tiles of 5 key tiles on average (16 after the first ones),
+    # 10 steady steps of 1000 cycles, the diagonal steps and the first steps 2000 a tile each, the last P V and the
+    # epilogue 1000 a tile: 8000 a tile in all, 3000 beyond its five steady steps
+    slots, groups = timing.SLOTS["bf16"], len(timing.REGIONS)
+    sums = [0] * (2 * timing.CONSUMER_WARPS * groups * len(slots))
+    for cta in (0, 1):
+        for consumer in (0, 1):
+            base = (cta * timing.CONSUMER_WARPS + 4 * consumer) * groups * len(slots)
+            for region, steps, phase, cycles in (("last", 16, "epilogue", 4000), ("first", 4, "gemm_wait", 8000),
+                                                 ("steady", 10, "softmax", 10000), ("diagonal", 4, "softmax", 8000)):
+                group = base + timing.REGIONS.index(region) * len(slots)
+                sums[group + slots.index("steps")] = steps
+                sums[group + slots.index(phase)] = cycles
+            sums[base + slots.index("total")] = 32000
+    rows = timing.per_region(sums, grid=2)
+    steady = next(r for r in rows if r["consumer"] == 1 and r["region"] == "steady")
+    assert steady["softmax"] == 2500 and steady["count"] == 10 and steady["tiles"] == 4
+    assert steady["per_step"] == 1000 and steady["total"] == 8000 and steady["per_tile_work"] == 3000
+    assert next(r for r in rows if r["region"] == "last")["epilogue"] == 1000
+
+
 def test_the_alternate_patch_puts_each_steps_exponentials_inside_a_turn(tmp_path):
     entries = experiments.build_patched(tmp_path, "alternate.patch", ["alternate"], ["fp8e4m3"])
     assert {(e["p_mode"], e["d_qk"]) for e in entries} == {(p, d) for p in ("exact", "lean") for d in (128, 192)}
@@ -216,6 +251,12 @@ def test_each_microbenchmark_loop_holds_the_instructions_it_measures(tmp_path):
     assert microbench.count(ceiling["ceiling_bf16_split"], "HGMMA.64x64x16") == 16
     assert microbench.count(ceiling["ceiling_fp8_split"], "QGMMA.64x64x32") == 8
     assert all(microbench.count(ceiling[k], "WARPGROUP.DEPBAR") == 1 for k in ceiling)
+    # the fetch loops: each body straight-line code of its size (16 bytes an instruction) and nothing else
+    fetch = microbench.loop_mixes(tmp_path / "code_fetch.cubin")
+    for kb in microbench.FETCH_KB:
+        mix = fetch[f"fetch_{kb}kb"]
+        assert microbench.count(mix, "FFMA") + microbench.count(mix, "IADD3") == kb * 1024 // microbench.SASS_BYTES
+        assert sum(mix.values()) - kb * 1024 // microbench.SASS_BYTES <= 4  # the loop's counter, test and branch
     # beside the steps, the second warpgroup's loop: two commit groups a trip (two accumulators), each waited down to
     # the groups the way of issuing leaves in flight, and no wait between the wgmmas of a group
     beside = sass.functions(tmp_path / "softmax_alone.cubin")
@@ -303,7 +344,7 @@ def test_the_no_tile_edges_variants_take_the_per_tile_choices_away(tmp_path):
 
 def test_a_patch_names_the_variants_it_adds():
     assert experiments.patch_variants("timing.patch") == ["timed", "timed_fine", "timed_no_code_test",
-                                                          "timed_no_tile_edges", "timed_pingpong"]
+                                                          "timed_no_tile_edges", "timed_pingpong", "timed_regions"]
     assert experiments.patch_variants("trio.patch") == ["trio"]
     assert experiments.patch_variants("diagonal_half.patch") == ["diagonal_half", "diagonal_half_softmax"]
     assert experiments.patch_variants("exp2_poly.patch") == []  # built by comprehension: named with --only

@@ -15,7 +15,9 @@ in the issue as a ping-pong consumer's do while its partner's GEMMs run (blocked
 key-tile step's GEMMs alone (QK^T from shared memory and P V from registers, d = 128, e4m3 and BF16, two
 warpgroups per SM, random operands; `_split`: the QK^T as two GEMMs of 64 keys), timed for long enough that the
 clock settles: the TFLOP/s and SM clock the kernels' own GEMMs sustain, beside torch's GEMMs of 8192^3 (BF16, and
-e4m3 with and without fast accumulation).
+e4m3 with and without fast accumulation). code_fetch.cu: loops of 4 KB to 256 KB of straight-line code at 1, 2 and 4
+warps per sub-partition, the cycles per instruction as a function of the code's size (the instruction caches' sizes
+and the rate at which each level beyond them feeds the scheduler).
 The build checks that each
 loop holds the instructions it claims (KERNELS), so that a number measures what its name says. The driver is called
 through ctypes (libcuda), the buffers come from torch; progress to stderr.
@@ -34,6 +36,9 @@ from .. import SOURCE_DIR, compile_cubin, sass
 
 HERE = Path(__file__).parent
 ITERATIONS = {"pipes": 4096, "softmax_alone": 256, "gemm_ceiling": 131072}
+FETCH_KB = (4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # code_fetch.cu's loop bodies
+FETCH_INSTRUCTIONS = 1 << 20  # per warp and kernel: a loop of K KB runs 2^20 / (64 K) times
+SASS_BYTES = 16  # one sm_90a instruction
 GEMM_SHARED_BYTES = 32768  # softmax_beside_*: a 64 x 128 and a 128 x 128 e4m3 tile, 1024-byte aligned
 WGMMA_CYCLES = 64  # one m64n128k32 e4m3 wgmma: 64 * 128 * 32 FMA at 4096 per cycle and SM
 # softmax_beside_*: how the second warpgroup issues (softmax_alone.cu's Issue) -> wgmmas per commit group
@@ -88,6 +93,8 @@ KERNELS = {
         "ceiling_fp8_split": {"QGMMA": 12, "HGMMA": 0},
         "ceiling_bf16_split": {"HGMMA": 24},
     },
+    "code_fetch": {f"fetch_{kb}kb": {"FFMA": kb * 1024 // SASS_BYTES // 2, "IADD3": kb * 1024 // SASS_BYTES // 2}
+                   for kb in FETCH_KB},
 }
 _BRANCH = re.compile(r"\bBRA\b[^;]*?0x([0-9a-f]+)")
 
@@ -251,7 +258,7 @@ def run(folder: Path) -> str:
             groups = cycles[:, SUBPARTITIONS:].median().item() if wgmmas else 0.0
             cells += [f"{softmax / steps:.0f}", f"{groups * wgmmas * WGMMA_CYCLES / softmax:.0%}"]
         rows.append(f"| {issue} | " + " | ".join(cells) + " |")
-    return "\n".join(rows + [""] + ceiling(driver, folder))
+    return "\n".join(rows + [""] + ceiling(driver, folder) + [""] + fetch(driver, folder))
 
 
 def _random_operands(torch, dtype):
@@ -286,6 +293,22 @@ def _torch_gemms(torch) -> list[tuple[str, float]]:
     return out
 
 
+def fetch(driver, folder: Path) -> list[str]:
+    """The code_fetch table, markdown lines: cycles per instruction and sub-partition against the loop's size."""
+    rows = [f"| loop body | instructions | cycles per instruction and sub-partition: 1 warp | 2 warps | 4 warps "
+            f"({FETCH_INSTRUCTIONS} instructions a warp) |", "|---|---|---|---|---|"]
+    for name, function in driver.functions(folder / "code_fetch.cubin", KERNELS["code_fetch"]).items():
+        print(name, file=sys.stderr)
+        instructions = sum(KERNELS["code_fetch"][name].values())
+        iters = FETCH_INSTRUCTIONS // instructions
+        cells = []
+        for warps in (1, 2, 4):
+            cycles = driver.cycles(function, 32 * SUBPARTITIONS * warps, iters)
+            cells.append("-" if cycles is None else f"{cycles.median().item() / (iters * instructions * warps):.2f}")
+        rows.append(f"| {instructions * SASS_BYTES // 1024} KB | {instructions} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def ceiling(driver, folder: Path) -> list[str]:
     """The gemm_ceiling table, markdown lines."""
     torch = driver.torch
@@ -309,14 +332,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m asmgen.sm90a.experiments.microbench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("action", choices=("build", "run"), help="build the cubins here, or run them on the GPU")
-    ap.add_argument("--only", choices=("ceiling",), help="run: only the gemm_ceiling table")
+    ap.add_argument("--only", choices=("ceiling", "fetch"), help="run: only the gemm_ceiling or the code_fetch table")
     ap.add_argument("folder", type=Path, help="where the cubins go (build) or are (run)")
     args = ap.parse_args()
     if args.action == "build":
         for cubin in build(args.folder):
             print(cubin)
-    elif args.only == "ceiling":
-        print("\n".join(ceiling(_Driver(), args.folder)))
+    elif args.only:
+        print("\n".join({"ceiling": ceiling, "fetch": fetch}[args.only](_Driver(), args.folder)))
     else:
         print(run(args.folder))
     return 0

@@ -14,7 +14,11 @@ wait (ping-pong without the test) the softmax column holds that wait too and the
 script runs each timed kernel of DIR's manifest on Gaussian inputs and prints, per kernel, shape and consumer
 warpgroup, the cycles per key-tile step of each phase (CTAs averaged, warp 0 of each consumer warpgroup) and the
 shares of its whole time spent in the epilogues and the Q waits (once per query tile); the timed_fine variants (FP8)
-also split the softmax phase into its parts. Columns a kernel does not time are empty (-). Progress to stderr.
+also split the softmax phase into its parts. Columns a kernel does not time are empty (-). The timed_regions variants
+(BF16) keep a query tile's regions apart: its first steps (the first step, or the first pair: key tiles 0 and 1, the
+diagonal one where the tile is 0 or 1), the steady steps, the diagonal step, and the last P V with the epilogue and the
+next tile's Q wait; for them a second table gives each region's phases in cycles per query tile (the steady steps also
+per step) and the per-tile work: a query tile's cycles beyond its key tiles' count of steady steps. Progress to stderr.
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ SLOTS = {"fp8e4m3": PHASES, "bf16": (*PHASES[:8], "pv_wait", "tail", None, None)
 STEP_PHASES = (*PHASES[:4], *PHASES[8:], "pv_wait", "tail")  # the phases of a key-tile step, both element types
 TILE_PHASES = ("epilogue", "q_wait")  # once per query tile: reported as shares of the consumer's total time
 CONSUMER_WARPS = 8
+# timed_regions: one group of slots per region, in timing.patch's order (its enum Region); each group's "steps" slot
+# counts: all key tiles after the first (last: as without regions), query tiles (first), steps (steady, diagonal)
+REGIONS = ("last", "first", "steady", "diagonal")
+REGION_PHASES = ("kv_wait", "issue", "gemm_wait", "softmax", "pv_wait", "tail", "epilogue", "q_wait")
 
 
 def per_step(sums, grid: int, dtype: str = "fp8e4m3") -> list[dict]:
@@ -52,6 +60,32 @@ def per_step(sums, grid: int, dtype: str = "fp8e4m3") -> list[dict]:
                      **{phase: warp[slots.index(phase)].item() / max(steps, 1.0) if phase in slots else 0.0
                         for phase in STEP_PHASES},
                      **{f"{phase}_share": warp[slots.index(phase)].item() / total for phase in TILE_PHASES}})
+    return rows
+
+
+def per_region(sums, grid: int) -> list[dict]:
+    """Per consumer (warp 0) and region of a timed_regions kernel: its phases in cycles per query tile, its count,
+    and for the consumer the cycles per query tile in all, per steady step and beyond the steady steps (the per-tile
+    work), from the uint32 sums (CTA, consumer warp, region, slot) in row-major order, averaged over the CTAs."""
+    import torch
+
+    slots = SLOTS["bf16"]
+    size = grid * CONSUMER_WARPS * len(REGIONS) * len(slots)
+    table = torch.as_tensor(sums, dtype=torch.int64)[:size].reshape(grid, CONSUMER_WARPS, len(REGIONS), len(slots))
+    table = table.double().mean(0)
+    rows = []
+    for consumer in (0, 1):
+        warp = table[4 * consumer]
+        count = {region: warp[i, slots.index("steps")].item() for i, region in enumerate(REGIONS)}
+        tiles = max(count["first"], 1.0)
+        total = warp[:, slots.index("total")].sum().item() / tiles
+        steady = sum(warp[REGIONS.index("steady"), slots.index(phase)].item() for phase in REGION_PHASES)
+        per_step = steady / max(count["steady"], 1.0)
+        key_tiles = (count["last"] + count["first"]) / tiles  # a query tile's key tiles, on average
+        for i, region in enumerate(REGIONS):
+            rows.append({"consumer": consumer, "region": region, "count": count[region], "tiles": tiles,
+                         **{phase: warp[i, slots.index(phase)].item() / tiles for phase in REGION_PHASES},
+                         "per_step": per_step, "total": total, "per_tile_work": total - key_tiles * per_step})
     return rows
 
 
@@ -78,10 +112,15 @@ def main() -> int:
           "BF16: P V wait | BF16: rescale, packing, ring | share of the time: epilogue | Q wait |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     torch.manual_seed(0)
+    regions = []  # the timed_regions kernels' rows, printed as a second table
     for kernel in kernels:
         for seqlen in args.seqlens:
             for heads, heads_k in ((max(32, 262144 // seqlen),) * 2, (32, 8)):
                 print(f"{kernel.name} S={seqlen} {heads}/{heads_k}", file=sys.stderr)
+                groups = len(REGIONS) if kernel.fields.get("timed_regions") else 1
+                if heads * seqlen < grid * CONSUMER_WARPS * len(SLOTS[kernel.dtype]) * groups:
+                    print("  skipped: its lse buffer is too small for the sums", file=sys.stderr)
+                    continue
                 q, k, v = (torch.randn(1, seqlen, h, d, device="cuda") * 0.1 for h, d in
                            ((heads, kernel.d_qk), (heads_k, kernel.d_qk), (heads_k, kernel.d_v)))
                 if kernel.dtype == "bf16":
@@ -94,10 +133,22 @@ def main() -> int:
                     _, lse = sm90a.run(kernel, *inputs, kernel.d_qk ** -0.5, "bshd", descales=descales)
                 torch.cuda.synchronize()
                 sums = lse.reshape(-1).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+                if kernel.fields.get("timed_regions"):
+                    regions += [(kernel.name, seqlen, f"{heads}/{heads_k}", row) for row in per_region(sums, grid)]
+                    continue
                 for row in per_step(sums, grid, kernel.dtype):
                     print(f"| {kernel.name} | {seqlen} | {heads}/{heads_k} | {row['consumer']} | "
                           + " | ".join(f"{row[phase]:.0f}" if row[phase] else "-" for phase in STEP_PHASES) + " | "
                           + " | ".join(f"{row[f'{phase}_share']:.1%}" for phase in TILE_PHASES) + " |", flush=True)
+    if regions:
+        print("\n| kernel | S | heads | consumer | region | count | cycles per query tile: " + " | ".join(REGION_PHASES)
+              + " | region | a query tile in all | a steady step | per-tile work |")
+        print("|---|---|---|---|---|---|" + "---|" * (len(REGION_PHASES) + 4))
+        for name, seqlen, heads, row in regions:
+            phases = [row[phase] for phase in REGION_PHASES]
+            print(f"| {name} | {seqlen} | {heads} | {row['consumer']} | {row['region']} | {row['count']:.0f} | "
+                  + " | ".join(f"{c:.0f}" for c in phases) + f" | {sum(phases):.0f} | {row['total']:.0f} | "
+                  f"{row['per_step']:.0f} | {row['per_tile_work']:.0f} |")
     return 0
 
 
