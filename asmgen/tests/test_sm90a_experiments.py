@@ -170,17 +170,30 @@ def test_the_timing_patch_builds_timed_regions_variants_whose_region_sums_the_re
     assert next(r for r in rows if r["region"] == "last")["epilogue"] == 1000
 
 
-def test_the_prefetch_job_patch_pulls_each_next_job_row_into_l1_ahead_of_its_load(tmp_path):
-    entries = experiments.build_patched(tmp_path, "prefetch_job.patch", dtypes=["bf16"])
-    assert {e["name"] for e in entries} == {f"{k['name']}_prefetch_job" for k in sm90a.BF16_KERNELS}
+def test_the_prefetch_patch_pulls_the_job_row_into_l1_and_the_jobs_tiles_into_l2_before_any_wait(tmp_path):
+    entries = experiments.build_patched(tmp_path, "prefetch.patch", dtypes=["bf16"])
+    assert {e["name"] for e in entries} == {f"{k['name']}_{v}" for k in sm90a.BF16_KERNELS
+                                            for v in ("prefetch_job", "prefetch_q", "prefetch_qkv")}
+    prefetched = {}
     for entry in entries:
         assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
         code = sass.instructions(tmp_path / entry["file"])
-        prefetches = [i for i, c in enumerate(code) if "CCTL.E.PF1" in c]
+        row_prefetches = [i for i, c in enumerate(code) if "CCTL.E.PF1" in c]
+        tile_prefetches = [i for i, c in enumerate(code) if "UTMAPF.L2" in c]
+        # the job rows' loads: the consumers', then the producer's
         loads = [i for i, c in enumerate(code) if re.search(r"\bLDG\.E\.128\b", c)]
-        # the job rows' loads, the consumers' and the producer's, each with the next row's prefetch ahead of it
-        assert len(prefetches) == len(loads) == 2
-        assert all(p < load for p, load in zip(prefetches, loads, strict=True))
+        assert len(loads) == 2
+        if entry["name"].endswith("prefetch_job"):  # each row's load with the next row's prefetch ahead of it
+            assert len(row_prefetches) == 2 and not tile_prefetches
+            assert all(p < load for p, load in zip(row_prefetches, loads, strict=True))
+            continue
+        # the tiles' prefetches between the producer's row load and its first wait of the job
+        first_wait = next(i for i in range(loads[1], len(code)) if "SYNCS.PHASECHK.TRANS64.TRYWAIT" in code[i])
+        assert tile_prefetches and not row_prefetches
+        assert all(loads[1] < p < first_wait for p in tile_prefetches)
+        prefetched[entry["name"]] = len(tile_prefetches)
+    for kernel in sm90a.BF16_KERNELS:  # K and V besides Q
+        assert prefetched[f"{kernel['name']}_prefetch_qkv"] > prefetched[f"{kernel['name']}_prefetch_q"]
 
 
 def test_the_alternate_patch_puts_each_steps_exponentials_inside_a_turn(tmp_path):
@@ -360,7 +373,7 @@ def test_a_patch_names_the_variants_it_adds():
                                                           "timed_no_tile_edges", "timed_pingpong", "timed_regions"]
     assert experiments.patch_variants("trio.patch") == ["trio"]
     assert experiments.patch_variants("diagonal_half.patch") == ["diagonal_half", "diagonal_half_softmax"]
-    assert experiments.patch_variants("prefetch_job.patch") == ["prefetch_job"]
+    assert experiments.patch_variants("prefetch.patch") == ["prefetch_job", "prefetch_q", "prefetch_qkv"]
     assert experiments.patch_variants("exp2_poly.patch") == []  # built by comprehension: named with --only
     for patch in experiments.PATCHES:  # what a patch adds is no variant of the unpatched sources
         assert not set(experiments.patch_variants(patch)) & set(experiments.NAMES), patch
