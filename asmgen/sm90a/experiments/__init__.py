@@ -19,10 +19,11 @@ patches retired once measured are listed in docs/sm90a.md, "Source layout"), the
 measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks), and microbenchmarks of the FP8
 softmax's pipes and of its step alone, the tensor pipe's rate under the kernels' GEMMs and instruction fetch against
 code size (pipes.cu, softmax_alone.cu, gemm_ceiling.cu, code_fetch.cu: `python -m asmgen.sm90a.experiments.microbench`),
-and the job-table
-orders timed on the shipped kernels (`python -m asmgen.sm90a.experiments.job_orders`). --patch builds the variants a
-patch adds (or those --only names) in a copy of the generator with the patch applied, the working tree left as it is;
-several patches build in turn, and variants built from differently patched trees into one DIR share its manifest.
+the job-table orders timed on the shipped kernels (`python -m asmgen.sm90a.experiments.job_orders`), and a benchmark
+run's times split into a key-tile step and per-tile work (`python -m asmgen.sm90a.experiments.fit`). --patch builds the
+variants a patch adds (or those --only names) in a copy of the generator with the patch applied, the working tree left
+as it is; several patches build in turn, and variants built from differently patched trees into one DIR share its
+manifest.
 """
 
 from __future__ import annotations
