@@ -196,6 +196,19 @@ def test_the_prefetch_patch_pulls_job_rows_into_l1_and_q_k_v_into_l2_before_the_
         assert prefetched[f"{kernel['name']}_prefetch_qkv"] > prefetched[f"{kernel['name']}_prefetch_q"]
 
 
+def test_the_one_tail_patch_runs_every_steady_step_in_the_loop(tmp_path):
+    entries = experiments.build_patched(tmp_path, "one_tail.patch", dtypes=["bf16"])
+    # the first-pair kernel only: no other has the pair's loop
+    assert [e["name"] for e in entries] == [f"{k['name']}_one_tail" for k in sm90a.BF16_KERNELS
+                                            if k["code_test"] and sm90a.CODE_TEST_EDGE[k["d_qk"]] == "first_pair"]
+    entry = entries[0]
+    assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+    shipped = sass.instructions(sass.OBJECTS / entry["file"].replace("_one_tail", ""))
+    code = sass.instructions(tmp_path / entry["file"])
+    # one steady step's wgmmas fewer (QK^T and P V, 16 at d = 128): the tail's copy of the loop's first form
+    assert _count(shipped, GEMM) - _count(code, GEMM) == 16
+
+
 def test_the_alternate_patch_puts_each_steps_exponentials_inside_a_turn(tmp_path):
     entries = experiments.build_patched(tmp_path, "alternate.patch", ["alternate"], ["fp8e4m3"])
     assert {(e["p_mode"], e["d_qk"]) for e in entries} == {(p, d) for p in ("exact", "lean") for d in (128, 192)}
@@ -374,6 +387,7 @@ def test_a_patch_names_the_variants_it_adds():
     assert experiments.patch_variants("trio.patch") == ["trio"]
     assert experiments.patch_variants("diagonal_half.patch") == ["diagonal_half", "diagonal_half_softmax"]
     assert experiments.patch_variants("prefetch.patch") == ["prefetch_job", "prefetch_q", "prefetch_qkv"]
+    assert experiments.patch_variants("one_tail.patch") == ["one_tail"]
     assert experiments.patch_variants("exp2_poly.patch") == []  # built by comprehension: named with --only
     for patch in experiments.PATCHES:  # what a patch adds is no variant of the unpatched sources
         assert not set(experiments.patch_variants(patch)) & set(experiments.NAMES), patch
