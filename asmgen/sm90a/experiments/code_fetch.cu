@@ -6,48 +6,25 @@
 // runs through about three times that (docs/sm90a.md): microbench.py builds, checks and runs these at 4 KB to 256 KB.
 #include <cstdint>
 
-#include "clock.cuh"
+#include "chains.cuh"
 
 namespace {
 
-constexpr int kChains = 8;  // of each kind
-constexpr uint32_t kSeed = 2654435761u;
-
-template <int kInstructions>
-__device__ __forceinline__ void straight_line(uint32_t* cycles, uint32_t* sink, int iters) {
-  static_assert(kInstructions % (2 * kChains) == 0, "whole rounds of both kinds of chain");
-  uint32_t u[kChains];
-  float f[kChains];
-#pragma unroll
-  for (int i = 0; i < kChains; ++i) {
-    u[i] = kSeed * (threadIdx.x + 7 * i + 1);
-    f[i] = __uint_as_float(0x3f000000u + u[i] % 1024);  // in [0.5, 0.51)
+// A round's two instructions on chain i: FFMA on the float chain, IADD3 on the integer one (two pipes).
+struct FfmaIadd3 {
+  __device__ __forceinline__ void operator()(uint32_t (&u)[kChains], float (&f)[kChains], int i) const {
+    const int j = (i + 1) % kChains;
+    f[i] = fmaf(f[i], 0.999f, f[j]);
+    u[i] = u[i] + u[j] + kSeed;
   }
-  __syncthreads();
-  const uint32_t start = clock32();
-#pragma unroll 1
-  for (int it = 0; it < iters; ++it) {
-#pragma unroll
-    for (int k = 0; k < kInstructions / 2; ++k) {
-      const int i = k % kChains, j = (k + 1) % kChains;
-      f[i] = fmaf(f[i], 0.999f, f[j]);  // FFMA
-      u[i] = u[i] + u[j] + kSeed;       // IADD3
-    }
-  }
-  const uint32_t stop = clock32();
-  uint32_t folded = 0;  // keeps every chain live
-#pragma unroll
-  for (int i = 0; i < kChains; ++i) folded ^= u[i] ^ __float_as_uint(f[i]);
-  sink[blockIdx.x * blockDim.x + threadIdx.x] = folded;
-  if (threadIdx.x % 32 == 0) cycles[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = stop - start;
-}
+};
 
 }  // namespace
 
-// fetch_<K>kb: a loop body of K KB (K * 64 instructions).
+// fetch_<K>kb: a loop body of K KB, K * 64 instructions of 16 bytes: K * 4 rounds of the eight chains' pairs.
 #define FETCH_KERNEL(size)                                                                   \
   extern "C" __global__ void fetch_##size##kb(uint32_t* cycles, uint32_t* sink, int iters) { \
-    straight_line<size * 64>(cycles, sink, iters);                                           \
+    chains<size * 4>(cycles, sink, iters, FfmaIadd3{});                                      \
   }
 
 FETCH_KERNEL(4)

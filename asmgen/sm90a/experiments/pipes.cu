@@ -3,12 +3,9 @@
 // warps that share a sub-partition, give the pipe's rate. microbench.py builds, checks (the loop's SASS) and runs them.
 #include <cstdint>
 
-#include "clock.cuh"
+#include "chains.cuh"
 
 namespace {
-
-constexpr int kChains = 8;
-constexpr uint32_t kSeed = 2654435761u;
 
 __device__ __forceinline__ float ex2(float x) {  // MUFU.EX2
   float y;
@@ -42,31 +39,6 @@ __device__ __forceinline__ uint32_t hadd2(uint32_t a, uint32_t b) {  // HADD2 (p
   uint32_t r;
   asm volatile("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
   return r;
-}
-
-// Runs `body(u, f, i)` on chain i of the integer and float chains, `iters` times, and writes each warp's cycles.
-template <class Body>
-__device__ __forceinline__ void chains(uint32_t* cycles, uint32_t* sink, int iters, Body body) {
-  uint32_t u[kChains];
-  float f[kChains];
-#pragma unroll
-  for (int i = 0; i < kChains; ++i) {
-    u[i] = kSeed * (threadIdx.x + 7 * i + 1);
-    f[i] = __uint_as_float(0x3f000000u + u[i] % 1024);  // in [0.5, 0.51)
-  }
-  __syncthreads();
-  const uint32_t start = clock32();
-#pragma unroll 1
-  for (int it = 0; it < iters; ++it) {
-#pragma unroll
-    for (int i = 0; i < kChains; ++i) body(u, f, i);
-  }
-  const uint32_t stop = clock32();
-  uint32_t folded = 0;  // keeps every chain live
-#pragma unroll
-  for (int i = 0; i < kChains; ++i) folded ^= u[i] ^ __float_as_uint(f[i]);
-  sink[blockIdx.x * blockDim.x + threadIdx.x] = folded;
-  if (threadIdx.x % 32 == 0) cycles[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = stop - start;
 }
 
 }  // namespace
