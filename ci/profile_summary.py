@@ -1,6 +1,8 @@
 """Summarise an Nsight Compute profile of the attention kernels (`ci/gpu.sh profile`) as one markdown page: per
-kernel the headline metrics, the executed instruction mix, where warps stall (sampled, by reason and by opcode),
-and the mbarrier try-waits executed most (a warp that polls a barrier issues one, and a branch, per attempt).
+kernel the headline metrics, the executed instruction mix, where warps stall (sampled, by reason and by opcode, and by
+reason inside and outside the kernel's hottest loop: its key loop, so that what a query tile's other code costs shows
+apart, instruction fetch included), and the mbarrier try-waits executed most (a warp that polls a barrier issues one,
+and a branch, per attempt).
 
     python -m ci.profile_summary OUT/profile.txt OUT/profile_sass.csv [--top 12] > summary.md
 
@@ -24,6 +26,7 @@ HEADLINE = ("Duration", "SM Frequency", "Compute (SM) Throughput", "Issue Slots 
 SAMPLES = "Warp Stall Sampling (All Samples)"
 EXECUTED = "Instructions Executed"
 TRY_WAITS = 4  # the most executed try-wait instructions listed per kernel
+BRANCH = re.compile(r"\bBRA\b[^;]*?0x([0-9a-f]+)")  # a branch's target address, as the source page prints it
 REASON_SHARE = 0.005  # stall reasons with fewer of the samples are summed into one row ("no_instruction", the
 # instruction fetch's, is one to see even at 1%)
 
@@ -90,17 +93,37 @@ def number(text: str) -> int:
     return int(digits) if digits.isdigit() else 0
 
 
+def hottest_loop(rows: list[dict[str, str]]) -> tuple[int, int] | None:
+    """(first, last) address of the backward branch's span that executed the most instructions: a kernel's key loop;
+    None where no branch goes backward."""
+    addresses = [int(row["Address"], 16) for row in rows]
+    executed = [number(row.get(EXECUTED, "0")) for row in rows]
+    spans = []
+    for address, row in zip(addresses, rows, strict=True):
+        match = BRANCH.search(row["Source"])
+        if match and int(match.group(1), 16) < address:
+            start = int(match.group(1), 16)
+            spans.append((sum(n for a, n in zip(addresses, executed, strict=True) if start <= a <= address),
+                          start, address))
+    return max(spans)[1:] if spans else None
+
+
 def summarise(kernel: str, rows: list[dict[str, str]], metrics: dict[str, str], top: int) -> list[str]:
     executed = collections.Counter()
     samples = collections.Counter()
     reasons = collections.Counter()
+    outside = collections.Counter()  # by reason, the samples outside the hottest loop
+    loop = hottest_loop(rows)
     reason_names = [k for k in rows[0] if k.startswith("stall_") and "Not Issued" not in k] if rows else []
     for row in rows:
         op = opcode(row["Source"])
         executed[op] += number(row.get(EXECUTED, "0"))
         samples[op] += number(row.get(SAMPLES, "0"))
+        out_of_loop = loop is not None and not loop[0] <= int(row["Address"], 16) <= loop[1]
         for reason in reason_names:
             reasons[reason.removeprefix("stall_")] += number(row[reason])
+            if out_of_loop:
+                outside[reason.removeprefix("stall_")] += number(row[reason])
     total_exec, total_samples = sum(executed.values()) or 1, sum(samples.values()) or 1
     waits = sorted(((number(r.get(EXECUTED, "0")), r["Source"].strip()) for r in rows if "TRYWAIT" in r["Source"]),
                    reverse=True)[:TRY_WAITS]
@@ -117,6 +140,12 @@ def summarise(kernel: str, rows: list[dict[str, str]], metrics: dict[str, str], 
     rest = sum(reasons.values()) - sum(n for _, n in shown)
     lines += [f"| {r} | {100 * n / total_samples:.1f}% |" for r, n in shown]
     lines += [f"| (the other {len(reasons) - len(shown)}) | {100 * rest / total_samples:.1f}% |"] if rest else []
+    if loop:
+        lines += ["", f"Inside the hottest loop ({loop[0]:#x}-{loop[1]:#x}) and outside it (the rest of the consumers' "
+                  "code, and the producer's), shares of all samples:", "", "| reason | inside | outside |",
+                  "|---|---|---|"]
+        lines += [f"| {r} | {100 * (n - outside[r]) / total_samples:.1f}% | {100 * outside[r] / total_samples:.1f}% |"
+                  for r, n in shown]
     lines += ["", "By opcode of the stalled instruction:", "", "| opcode | share |", "|---|---|"]
     lines += [f"| {op} | {100 * n / total_samples:.1f}% |" for op, n in samples.most_common(top)]
     if waits:

@@ -75,3 +75,27 @@ def test_summary_reports_each_launch_once_in_order(tmp_path):
     peer, second = out.split(heads[1])[1].split(heads[2])
     assert "| Duration | 200.00 us |" in peer and "Executed instructions (warp level): 500." in peer
     assert "| Duration | 900.00 us |" in second and "Executed instructions (warp level): 7,000." in second
+
+
+LOOP_SASS = f"""\
+"Kernel Name","zyfa_kernel",
+{HEADER}
+"0x10","      HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24","10","100","0","0","10","0","0"
+"0x20","      MUFU.EX2 R1, R2","40","9,000","30","0","10","0","30"
+"0x30","      FADD R3, R1, R3","20","9,000","20","0","0","0","20"
+"0x40","  @P1  BRA 0x20","0","9,000","0","0","0","0","0"
+"0x50","      SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR9+0x28028], R2","30","2,000","0","30","0","0","0"
+"0x60","  @!P0  BRA 0x50","0","2,000","0","0","0","0","0"
+"""
+
+
+def test_summary_splits_the_stalls_at_the_hottest_loop(tmp_path):
+    # the key loop (0x20-0x40, 27,000 instructions) and not the barrier poll (0x50-0x60, 4,000): the instruction
+    # fetch's samples outside it, at the wgmma before the loop, show apart from the loop's
+    (tmp_path / "profile.txt").write_text(DETAILS)
+    (tmp_path / "sass.csv").write_text(LOOP_SASS)
+    out = subprocess.run([sys.executable, "-m", "ci.profile_summary", str(tmp_path / "profile.txt"),
+                          str(tmp_path / "sass.csv")], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "Inside the hottest loop (0x20-0x40)" in out
+    assert "| no_instruction | 10.0% | 10.0% |" in out  # of 100 samples: 10 in the loop, 10 before it
+    assert "| wait | 50.0% | 0.0% |" in out and "| barrier | 0.0% | 30.0% |" in out
