@@ -94,8 +94,9 @@ def number(text: str) -> int:
 
 
 def hottest_loop(rows: list[dict[str, str]]) -> tuple[int, int] | None:
-    """(first, last) address of the backward branch's span that executed the most instructions: a kernel's key loop;
-    None where no branch goes backward."""
+    """(first, last) address of the shortest backward branch's span that executed at least half the kernel's
+    instructions: its key loop (the job and tile loops around it hold more, and the barrier polls less); None where
+    no loop holds half."""
     addresses = [int(row["Address"], 16) for row in rows]
     executed = [number(row.get(EXECUTED, "0")) for row in rows]
     spans = []
@@ -103,9 +104,10 @@ def hottest_loop(rows: list[dict[str, str]]) -> tuple[int, int] | None:
         match = BRANCH.search(row["Source"])
         if match and int(match.group(1), 16) < address:
             start = int(match.group(1), 16)
-            spans.append((sum(n for a, n in zip(addresses, executed, strict=True) if start <= a <= address),
-                          start, address))
-    return max(spans)[1:] if spans else None
+            inside = sum(n for a, n in zip(addresses, executed, strict=True) if start <= a <= address)
+            if 2 * inside >= sum(executed):
+                spans.append((address - start, start, address))
+    return min(spans)[1:] if spans else None
 
 
 def summarise(kernel: str, rows: list[dict[str, str]], metrics: dict[str, str], top: int) -> list[str]:

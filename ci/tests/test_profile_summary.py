@@ -86,12 +86,14 @@ LOOP_SASS = f"""\
 "0x40","  @P1  BRA 0x20","0","9,000","0","0","0","0","0"
 "0x50","      SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR9+0x28028], R2","30","2,000","0","30","0","0","0"
 "0x60","  @!P0  BRA 0x50","0","2,000","0","0","0","0","0"
+"0x70","  @P2  BRA 0x10","0","100","0","0","0","0","0"
 """
 
 
 def test_summary_splits_the_stalls_at_the_hottest_loop(tmp_path):
-    # the key loop (0x20-0x40, 27,000 instructions) and not the barrier poll (0x50-0x60, 4,000): the instruction
-    # fetch's samples outside it, at the wgmma before the loop, show apart from the loop's
+    # the key loop (0x20-0x40, 27,000 of 31,200 instructions), not the tile loop around it (0x10-0x70, all of them)
+    # nor the barrier poll (0x50-0x60, 4,000): the instruction fetch's samples outside it, at the wgmma before the
+    # loop, show apart from the loop's
     (tmp_path / "profile.txt").write_text(DETAILS)
     (tmp_path / "sass.csv").write_text(LOOP_SASS)
     out = subprocess.run([sys.executable, "-m", "ci.profile_summary", str(tmp_path / "profile.txt"),
