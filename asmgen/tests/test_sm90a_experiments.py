@@ -151,7 +151,7 @@ def test_the_timing_patch_builds_timed_regions_variants_whose_region_sums_the_re
         assert adds % len(timing.SLOTS["bf16"]) == 0 and adds >= 5 * len(timing.SLOTS["bf16"])
     # two CTAs, consumer warp 0 of each warpgroup: 4 query tiles of 5 key tiles on average (16 after the first ones),
     # 10 steady steps of 1000 cycles, the diagonal steps and the first steps 2000 a tile each, the last P V and the
-    # epilogue 1000 a tile: 8000 a tile in all, 3000 beyond its five steady steps
+    # epilogue 1000 a tile; the clock's total 8000 a tile (500 of it between the laps), 3000 beyond five steady steps
     slots, groups = timing.SLOTS["bf16"], len(timing.REGIONS)
     sums = [0] * (2 * timing.CONSUMER_WARPS * groups * len(slots))
     for cta in (0, 1):
