@@ -97,16 +97,14 @@ def hottest_loop(rows: list[dict[str, str]]) -> tuple[int, int] | None:
     """(first, last) address of the shortest backward branch's span that executed at least half the kernel's
     instructions: its key loop (the job and tile loops around it hold more, and the barrier polls less); None where
     no loop holds half."""
-    addresses = [int(row["Address"], 16) for row in rows]
-    executed = [number(row.get(EXECUTED, "0")) for row in rows]
+    executed = {int(row["Address"], 16): number(row.get(EXECUTED, "0")) for row in rows}
+    half = sum(executed.values()) / 2
     spans = []
-    for address, row in zip(addresses, rows, strict=True):
+    for address, row in zip(executed, rows, strict=True):
         match = BRANCH.search(row["Source"])
-        if match and int(match.group(1), 16) < address:
-            start = int(match.group(1), 16)
-            inside = sum(n for a, n in zip(addresses, executed, strict=True) if start <= a <= address)
-            if 2 * inside >= sum(executed):
-                spans.append((address - start, start, address))
+        start = int(match.group(1), 16) if match else address
+        if start < address and sum(n for a, n in executed.items() if start <= a <= address) >= half:
+            spans.append((address - start, start, address))
     return min(spans)[1:] if spans else None
 
 
