@@ -209,6 +209,24 @@ def test_the_one_tail_patch_runs_every_steady_step_in_the_loop(tmp_path):
     assert _count(shipped, GEMM) - _count(code, GEMM) == 16
 
 
+def test_the_double_q_patch_gives_the_d128_kernels_a_second_q_buffer_loaded_first(tmp_path):
+    entries = experiments.build_patched(tmp_path, "double_q.patch", dtypes=["bf16"])
+    shipped = {f"{k['name']}_double_q": k for k in sm90a.BF16_KERNELS}
+    # d_qk = 192 has no room for a second Q tile
+    assert sorted(e["name"] for e in entries) == sorted(n for n, k in shipped.items() if k["d_qk"] == 128)
+    for entry in entries:
+        kernel = shipped[entry["name"]]
+        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        assert entry["shared_bytes"] - kernel["shared_bytes"] == 128 * 128 * 2 + 2 * 8  # a Q tile, its two barriers
+        code = sass.instructions(tmp_path / entry["file"])
+        before = sass.instructions(sass.OBJECTS / Path(kernel["file"]).name)
+        assert _count(code, GEMM) == _count(before, GEMM)
+        assert _count(code, r"SYNCS\.EXCH\.64") - _count(before, r"SYNCS\.EXCH\.64") == 2  # barrier inits
+        # Q goes first at every query tile: the code-test kernel's copy of the first K's loads (kKFirst) is gone
+        k_boxes = 128 // 64
+        assert _count(before, "UTMALDG") - _count(code, "UTMALDG") == (k_boxes if kernel["code_test"] else 0)
+
+
 def test_the_alternate_patch_puts_each_steps_exponentials_inside_a_turn(tmp_path):
     entries = experiments.build_patched(tmp_path, "alternate.patch", ["alternate"], ["fp8e4m3"])
     assert {(e["p_mode"], e["d_qk"]) for e in entries} == {(p, d) for p in ("exact", "lean") for d in (128, 192)}
@@ -388,6 +406,7 @@ def test_a_patch_names_the_variants_it_adds():
     assert experiments.patch_variants("diagonal_half.patch") == ["diagonal_half", "diagonal_half_softmax"]
     assert experiments.patch_variants("prefetch.patch") == ["prefetch_job", "prefetch_q", "prefetch_qkv"]
     assert experiments.patch_variants("one_tail.patch") == ["one_tail"]
+    assert experiments.patch_variants("double_q.patch") == ["double_q"]
     assert experiments.patch_variants("exp2_poly.patch") == []  # built by comprehension: named with --only
     for patch in experiments.PATCHES:  # what a patch adds is no variant of the unpatched sources
         assert not set(experiments.patch_variants(patch)) & set(experiments.NAMES), patch
