@@ -170,6 +170,24 @@ def test_the_timing_patch_builds_timed_regions_variants_whose_region_sums_the_re
     assert next(r for r in rows if r["region"] == "last")["epilogue"] == 1000
 
 
+def test_the_timing_patch_times_the_regions_with_each_epilogue_store(tmp_path):
+    entries = experiments.build_patched(tmp_path, "timing.patch", ["timed_regions_bulk", "timed_regions_direct"],
+                                        ["bf16"])
+    # bulk staging fits beside d = 128 only; the d_qk = 192 code-test kernel spills with the regions (as shipped)
+    spills = {k["name"] for k in sm90a.BF16_KERNELS if k["code_test"] and k["d_qk"] == 192}
+    assert {e["name"] for e in entries} == (
+        {f"{k['name']}_timed_regions_bulk" for k in sm90a.BF16_KERNELS if k["d_qk"] == 128}
+        | {f"{k['name']}_timed_regions_direct" for k in sm90a.BF16_KERNELS if k["name"] not in spills})
+    for entry in entries:
+        assert entry["timed_regions"] and entry["resources"]["local_bytes"] == 0
+        code = sass.instructions(tmp_path / entry["file"])
+        assert _count(code, r"STG\.E\.128") == 0  # no staged read-back stores
+        if entry["name"].endswith("_bulk"):
+            assert _count(code, r"UBLKCP\.G\.S") > 0 and _count(code, r"STSM") > 0
+        else:
+            assert _count(code, r"UBLKCP") == 0 and _count(code, r"STSM") == 0
+
+
 def test_the_prefetch_patch_pulls_job_rows_into_l1_and_q_k_v_into_l2_before_the_producer_waits(tmp_path):
     entries = experiments.build_patched(tmp_path, "prefetch.patch", dtypes=["bf16"])
     assert {e["name"] for e in entries} == {f"{k['name']}_{v}" for k in sm90a.BF16_KERNELS
@@ -401,7 +419,8 @@ def test_the_no_tile_edges_variants_take_the_per_tile_choices_away(tmp_path):
 
 def test_a_patch_names_the_variants_it_adds():
     assert experiments.patch_variants("timing.patch") == ["timed", "timed_fine", "timed_no_code_test",
-                                                          "timed_no_tile_edges", "timed_pingpong", "timed_regions"]
+                                                          "timed_no_tile_edges", "timed_pingpong", "timed_regions",
+                                                          "timed_regions_bulk", "timed_regions_direct"]
     assert experiments.patch_variants("trio.patch") == ["trio"]
     assert experiments.patch_variants("diagonal_half.patch") == ["diagonal_half", "diagonal_half_softmax"]
     assert experiments.patch_variants("prefetch.patch") == ["prefetch_job", "prefetch_q", "prefetch_qkv"]
