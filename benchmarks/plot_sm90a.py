@@ -90,7 +90,9 @@ def main() -> int:
         ax.set_title(f"d_qk = {d_qk}, d_v = {d_v}")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(f"ZYFA / {peer} throughput (target {args.target:.2f})")
-    axes[-1].legend(fontsize=7, loc="lower right")
+    for ax in axes:  # each panel names its own lines (runs may hold different head dims)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="lower right")
     fig.suptitle(f"sm90a {args.dtype.upper()} causal forward, {device_name(reports[0])}: kernel-only ratio to {peer} "
                  "in the same run")
     fig.tight_layout()
