@@ -106,11 +106,14 @@ def serialised(code: list[str]) -> bool:
 
 def epilogue(code: list[str]) -> list[str]:
     """A query tile's epilogue after its last P V: from the P V wait before O's first `stmatrix` (the staged and
-    bulk-copy stores) to O's last 16-byte store or bulk copy, NOPs left out; empty for a cubin without stmatrix."""
+    bulk-copy stores) to O's last 16-byte store or bulk copy, NOPs left out; empty for a cubin without stmatrix or
+    without a P V wait before it (O stored under the next QK^T)."""
     first = next((i for i, c in enumerate(code) if c.startswith("STSM")), None)
     if first is None:
         return []
-    start = max(i for i in range(first) if PV_WAIT in code[i])
+    start = max((i for i in range(first) if PV_WAIT in code[i]), default=None)
+    if start is None:
+        return []
     end = max(i for i, c in enumerate(code) if _O_STORE.search(c))
     return [c for c in code[start:end + 1] if not c.startswith("NOP")]
 

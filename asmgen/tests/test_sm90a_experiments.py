@@ -245,6 +245,31 @@ def test_the_double_q_patch_gives_the_d128_kernels_a_second_q_buffer_loaded_firs
         assert _count(before, "UTMALDG") - _count(code, "UTMALDG") == (k_boxes if kernel["code_test"] else 0)
 
 
+def test_the_stores_under_qk_patch_stores_each_tiles_o_under_the_next_first_qk(tmp_path):
+    entries = experiments.build_patched(tmp_path, "stores_under_qk.patch", dtypes=["bf16"])
+    # the first-pair kernel only
+    assert [e["name"] for e in entries] == [f"{k['name']}_stores_under_qk" for k in sm90a.BF16_KERNELS
+                                            if k["code_test"] and sm90a.CODE_TEST_EDGE[k["d_qk"]] == "first_pair"]
+    entry = entries[0]
+    assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+    code = sass.instructions(tmp_path / entry["file"])
+    shipped = sass.instructions(sass.OBJECTS / entry["file"].replace("_stores_under_qk", ""))
+    assert _count(code, GEMM) == _count(shipped, GEMM)
+    # three sites store a tile's O: after the first step's QK^T and after the first pair's, each with all its
+    # stmatrix and 16-byte stores between those QK^T and their wait, and after the walk
+    assert _count(code, "STSM") == 3 * _count(shipped, "STSM")
+    assert not sass.epilogue(code)  # no P V wait ahead of the stores
+    stores = [i for i, c in enumerate(code) if c.startswith("STSM") or "STG.E.128" in c]
+
+    def last_before(at: int, pattern: str) -> int:
+        return max((i for i in range(at) if re.search(pattern, code[i])), default=-1)
+
+    def in_flight(at: int) -> bool:  # a wgmma issued before `at` and not yet waited for
+        return last_before(at, GEMM) > last_before(at, "WARPGROUP.DEPBAR")
+
+    assert sum(map(in_flight, stores)) == 2 * len(stores) // 3
+
+
 def test_the_alternate_patch_puts_each_steps_exponentials_inside_a_turn(tmp_path):
     entries = experiments.build_patched(tmp_path, "alternate.patch", ["alternate"], ["fp8e4m3"])
     assert {(e["p_mode"], e["d_qk"]) for e in entries} == {(p, d) for p in ("exact", "lean") for d in (128, 192)}
@@ -426,6 +451,7 @@ def test_a_patch_names_the_variants_it_adds():
     assert experiments.patch_variants("prefetch.patch") == ["prefetch_job", "prefetch_q", "prefetch_qkv"]
     assert experiments.patch_variants("one_tail.patch") == ["one_tail"]
     assert experiments.patch_variants("double_q.patch") == ["double_q"]
+    assert experiments.patch_variants("stores_under_qk.patch") == ["stores_under_qk"]
     assert experiments.patch_variants("exp2_poly.patch") == []  # built by comprehension: named with --only
     for patch in experiments.PATCHES:  # what a patch adds is no variant of the unpatched sources
         assert not set(experiments.patch_variants(patch)) & set(experiments.NAMES), patch
