@@ -214,15 +214,21 @@ def test_the_prefetch_patch_pulls_job_rows_into_l1_and_q_k_v_into_l2_before_the_
         assert prefetched[f"{kernel['name']}_prefetch_qkv"] > prefetched[f"{kernel['name']}_prefetch_q"]
 
 
-def test_the_one_tail_patch_runs_every_steady_step_in_the_loop(tmp_path):
-    entries = experiments.build_patched(tmp_path, "one_tail.patch", dtypes=["bf16"])
-    # the first-pair kernel only: no other has the pair's loop
-    assert [e["name"] for e in entries] == [f"{k['name']}_one_tail" for k in sm90a.BF16_KERNELS
+def _first_pair_variant(tmp_path, patch: str) -> tuple[list[str], list[str]]:
+    """The one variant `patch` adds, of the first-pair kernel (no other has the pair's loop), checked to give the
+    shipped results without local memory: its code and its shipped kernel's."""
+    variant = experiments.patch_variants(patch)[0]
+    entries = experiments.build_patched(tmp_path, patch, dtypes=["bf16"])
+    assert [e["name"] for e in entries] == [f"{k['name']}_{variant}" for k in sm90a.BF16_KERNELS
                                             if k["code_test"] and sm90a.CODE_TEST_EDGE[k["d_qk"]] == "first_pair"]
     entry = entries[0]
     assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
-    shipped = sass.instructions(sass.OBJECTS / entry["file"].replace("_one_tail", ""))
-    code = sass.instructions(tmp_path / entry["file"])
+    return (sass.instructions(tmp_path / entry["file"]),
+            sass.instructions(sass.OBJECTS / entry["file"].replace(f"_{variant}", "")))
+
+
+def test_the_one_tail_patch_runs_every_steady_step_in_the_loop(tmp_path):
+    code, shipped = _first_pair_variant(tmp_path, "one_tail.patch")
     # one steady step's wgmmas fewer (QK^T and P V, 16 at d = 128): the tail's copy of the loop's first form
     assert _count(shipped, GEMM) - _count(code, GEMM) == 16
 
@@ -246,14 +252,7 @@ def test_the_double_q_patch_gives_the_d128_kernels_a_second_q_buffer_loaded_firs
 
 
 def test_the_stores_under_qk_patch_stores_each_tiles_o_under_the_next_first_qk(tmp_path):
-    entries = experiments.build_patched(tmp_path, "stores_under_qk.patch", dtypes=["bf16"])
-    # the first-pair kernel only
-    assert [e["name"] for e in entries] == [f"{k['name']}_stores_under_qk" for k in sm90a.BF16_KERNELS
-                                            if k["code_test"] and sm90a.CODE_TEST_EDGE[k["d_qk"]] == "first_pair"]
-    entry = entries[0]
-    assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
-    code = sass.instructions(tmp_path / entry["file"])
-    shipped = sass.instructions(sass.OBJECTS / entry["file"].replace("_stores_under_qk", ""))
+    code, shipped = _first_pair_variant(tmp_path, "stores_under_qk.patch")
     assert _count(code, GEMM) == _count(shipped, GEMM)
     # three sites store a tile's O: after the first step's QK^T and after the first pair's, each with all its
     # stmatrix and 16-byte stores between those QK^T and their wait, and after the walk
