@@ -20,13 +20,14 @@ import csv
 import re
 import sys
 
+from asmgen.sm90a import sass
+
 HEADLINE = ("Duration", "SM Frequency", "Compute (SM) Throughput", "Issue Slots Busy", "Executed Ipc Active",
             "Eligible Warps Per Scheduler", "Warp Cycles Per Issued Instruction", "L2 Cache Throughput",
             "DRAM Throughput")
 SAMPLES = "Warp Stall Sampling (All Samples)"
 EXECUTED = "Instructions Executed"
 TRY_WAITS = 4  # the most executed try-wait instructions listed per kernel
-BRANCH = re.compile(r"\bBRA\b[^;]*?0x([0-9a-f]+)")  # a branch's target address, as the source page prints it
 REASON_SHARE = 0.005  # stall reasons with fewer of the samples are summed into one row ("no_instruction", the
 # instruction fetch's, is one to see even at 1%)
 
@@ -101,7 +102,7 @@ def hottest_loop(rows: list[dict[str, str]]) -> tuple[int, int] | None:
     half = sum(executed.values()) / 2
     spans = []
     for address, row in zip(executed, rows, strict=True):
-        match = BRANCH.search(row["Source"])
+        match = sass.BRANCH.search(row["Source"])
         start = int(match.group(1), 16) if match else address
         if start < address and sum(n for a, n in executed.items() if start <= a <= address) >= half:
             spans.append((address - start, start, address))

@@ -28,6 +28,7 @@ LOCAL_MEMORY = re.compile(r"\b(LDL|STL)\b")
 S_WAIT = "WARPGROUP.DEPBAR.LE gsb0, 0x1"
 PV_WAIT = "WARPGROUP.DEPBAR.LE gsb0, 0x0"
 _O_STORE = re.compile(r"STG\.E\.128|UBLKCP")  # O's 16-byte stores (staged) or bulk copies (epilogue.cuh)
+BRANCH = re.compile(r"\bBRA\b[^;]*?0x([0-9a-f]+)")  # a branch and its target address, as cuobjdump and ncu print it
 
 
 def _is_gemm(text: str) -> bool:

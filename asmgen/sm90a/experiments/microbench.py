@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import collections
 import ctypes
-import re
 import sys
 from pathlib import Path
 
@@ -96,7 +95,6 @@ KERNELS = {
     "code_fetch": {f"fetch_{kb}kb": {"FFMA": kb * 1024 // SASS_BYTES // 2, "IADD3": kb * 1024 // SASS_BYTES // 2}
                    for kb in FETCH_KB},
 }
-_BRANCH = re.compile(r"\bBRA\b[^;]*?0x([0-9a-f]+)")
 
 
 def build(folder: Path) -> list[Path]:
@@ -120,7 +118,7 @@ def loop_mixes(cubin: Path) -> dict[str, collections.Counter]:
     mixes = {}
     for name, code in sass.functions(cubin).items():
         spans = [(int(match.group(1), 16), address) for address, text in code
-                 if (match := _BRANCH.search(text)) and int(match.group(1), 16) < address]
+                 if (match := sass.BRANCH.search(text)) and int(match.group(1), 16) < address]
         start, end = max(spans, key=lambda span: span[1] - span[0], default=(0, -1))
         mixes[name] = collections.Counter(_opcode(text) for address, text in code if start <= address <= end)
     return mixes
