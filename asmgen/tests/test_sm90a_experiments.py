@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from asmgen import sm90a
 from asmgen.sm90a import experiments, sass
 
@@ -214,27 +216,27 @@ def test_the_prefetch_patch_pulls_job_rows_into_l1_and_q_k_v_into_l2_before_the_
         assert prefetched[f"{kernel['name']}_prefetch_qkv"] > prefetched[f"{kernel['name']}_prefetch_q"]
 
 
-def _first_pair_variant(tmp_path, patch: str) -> tuple[list[str], list[str]]:
-    """The one variant `patch` adds, of the first-pair kernel (no other has the pair's loop), checked to give the
+def _first_pair_variant(tmp_path, patch: str, variant: str) -> tuple[list[str], list[str]]:
+    """`patch`'s variant `variant` of the first-pair kernel (no other has the pair's loop), checked to give the
     shipped results without local memory: its code and its shipped kernel's."""
-    variant = experiments.patch_variants(patch)[0]
-    entries = experiments.build_patched(tmp_path, patch, dtypes=["bf16"])
-    assert [e["name"] for e in entries] == [f"{k['name']}_{variant}" for k in sm90a.BF16_KERNELS
-                                            if k["code_test"] and sm90a.CODE_TEST_EDGE[k["d_qk"]] == "first_pair"]
-    entry = entries[0]
+    entries = {e["name"]: e for e in experiments.build_patched(tmp_path, patch, [variant], dtypes=["bf16"])}
+    (kernel,) = [k for k in sm90a.BF16_KERNELS if k["code_test"] and sm90a.CODE_TEST_EDGE[k["d_qk"]] == "first_pair"]
+    entry = entries.pop(f"{kernel['name']}_{variant}")
+    # any other kernel it builds for is a second Q buffer alone: no first pair to change
+    assert all(e.get("q_buffers", 1) > 1 for e in entries.values())
     assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
     return (sass.instructions(tmp_path / entry["file"]),
             sass.instructions(sass.OBJECTS / entry["file"].replace(f"_{variant}", "")))
 
 
 def test_the_one_tail_patch_runs_every_steady_step_in_the_loop(tmp_path):
-    code, shipped = _first_pair_variant(tmp_path, "one_tail.patch")
+    code, shipped = _first_pair_variant(tmp_path, "one_tail.patch", "one_tail")
     # one steady step's wgmmas fewer (QK^T and P V, 16 at d = 128): the tail's copy of the loop's first form
     assert _count(shipped, GEMM) - _count(code, GEMM) == 16
 
 
 def test_the_double_q_patch_gives_the_d128_kernels_a_second_q_buffer_loaded_first(tmp_path):
-    entries = experiments.build_patched(tmp_path, "double_q.patch", dtypes=["bf16"])
+    entries = experiments.build_patched(tmp_path, "stores_under_qk.patch", ["double_q"], dtypes=["bf16"])
     shipped = {f"{k['name']}_double_q": k for k in sm90a.BF16_KERNELS}
     # d_qk = 192 has no room for a second Q tile
     assert sorted(e["name"] for e in entries) == sorted(n for n, k in shipped.items() if k["d_qk"] == 128)
@@ -251,8 +253,9 @@ def test_the_double_q_patch_gives_the_d128_kernels_a_second_q_buffer_loaded_firs
         assert _count(before, "UTMALDG") - _count(code, "UTMALDG") == (k_boxes if kernel["code_test"] else 0)
 
 
-def test_the_stores_under_qk_patch_stores_each_tiles_o_under_the_next_first_qk(tmp_path):
-    code, shipped = _first_pair_variant(tmp_path, "stores_under_qk.patch")
+@pytest.mark.parametrize("variant", ["stores_under_qk", "stores_under_qk_double_q", "tile_start"])
+def test_the_stores_under_qk_patch_stores_each_tiles_o_under_the_next_first_qk(tmp_path, variant):
+    code, shipped = _first_pair_variant(tmp_path, "stores_under_qk.patch", variant)
     assert _count(code, GEMM) == _count(shipped, GEMM)
     # three sites store a tile's O: after the first step's QK^T and after the first pair's, each with all its
     # stmatrix and 16-byte stores between those QK^T and their wait, and after the walk
@@ -267,6 +270,12 @@ def test_the_stores_under_qk_patch_stores_each_tiles_o_under_the_next_first_qk(t
         return last_before(at, GEMM) > last_before(at, "WARPGROUP.DEPBAR")
 
     assert sum(map(in_flight, stores)) == 2 * len(stores) // 3
+
+
+def test_the_pair_k_ahead_variant_loads_the_first_pairs_second_k_before_its_first_v(tmp_path):
+    code, shipped = _first_pair_variant(tmp_path, "stores_under_qk.patch", "pair_k_ahead")
+    assert _count(code, GEMM) == _count(shipped, GEMM)
+    assert _count(code, "UTMALDG") - _count(shipped, "UTMALDG") == 128 // 64  # K of key tile 1: its two boxes
 
 
 def test_the_alternate_patch_puts_each_steps_exponentials_inside_a_turn(tmp_path):
@@ -449,8 +458,8 @@ def test_a_patch_names_the_variants_it_adds():
     assert experiments.patch_variants("diagonal_half.patch") == ["diagonal_half", "diagonal_half_softmax"]
     assert experiments.patch_variants("prefetch.patch") == ["prefetch_job", "prefetch_q", "prefetch_qkv"]
     assert experiments.patch_variants("one_tail.patch") == ["one_tail"]
-    assert experiments.patch_variants("double_q.patch") == ["double_q"]
-    assert experiments.patch_variants("stores_under_qk.patch") == ["stores_under_qk"]
+    assert experiments.patch_variants("stores_under_qk.patch") == ["double_q", "pair_k_ahead", "stores_under_qk",
+                                                                   "stores_under_qk_double_q", "tile_start"]
     assert experiments.patch_variants("exp2_poly.patch") == []  # built by comprehension: named with --only
     for patch in experiments.PATCHES:  # what a patch adds is no variant of the unpatched sources
         assert not set(experiments.patch_variants(patch)) & set(experiments.NAMES), patch

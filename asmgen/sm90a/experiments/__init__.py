@@ -15,8 +15,10 @@ softmax under the consumer's own P V, both measured slower; halves.patch: FA3's 
 spills; trio.patch: three FP8 consumer warpgroups of 160 registers with their GEMMs serialised through one accumulator,
 measured slower up to 16K and +1% to +2% at 32K; diagonal_half.patch: the first BF16 consumer's diagonal key tile on the
 64 keys its rows see; prefetch.patch: the job's row, Q and first K and V pulled ahead; one_tail.patch: the first-pair
-loop without its tail's copy of a steady step; double_q.patch: a second Q buffer at d = 128; these four measured level
-or slower; stores_under_qk.patch: a tile's O stored under the next tile's first QK^T, prepared; the patches retired once
+loop without its tail's copy of a steady step; these three measured level or slower; stores_under_qk.patch: a tile's O
+stored under the next tile's first QK^T, with the other waits of a query tile's first issue taken away (a second Q
+buffer at d = 128, double_q, measured level alone; the first pair's second K ahead of its first V), prepared; the
+patches retired once
 measured are listed in docs/sm90a.md, "Source layout"), the FMA-pipe exponential the BF16 kernels measured as a header
 (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks), and microbenchmarks of the FP8 softmax's pipes and of its
 step alone, the tensor pipe's rate under the kernels' GEMMs and instruction fetch against code size (pipes.cu,
