@@ -216,21 +216,26 @@ def test_the_prefetch_patch_pulls_job_rows_into_l1_and_q_k_v_into_l2_before_the_
         assert prefetched[f"{kernel['name']}_prefetch_qkv"] > prefetched[f"{kernel['name']}_prefetch_q"]
 
 
-def _first_pair_variant(tmp_path, patch: str, variant: str) -> tuple[list[str], list[str]]:
-    """`patch`'s variant `variant` of the first-pair kernel (no other has the pair's loop), checked to give the
-    shipped results without local memory: its code and its shipped kernel's."""
-    entries = {e["name"]: e for e in experiments.build_patched(tmp_path, patch, [variant], dtypes=["bf16"])}
+def _built(tmp_path, patch: str, variant: str) -> dict[str, tuple[list[str], list[str]]]:
+    """`patch`'s variant `variant` of each BF16 kernel it builds for, checked to give the shipped results without
+    local memory: the shipped kernel's name -> the variant's code and the shipped kernel's."""
+    built = {}
+    for entry in experiments.build_patched(tmp_path, patch, [variant], dtypes=["bf16"]):
+        assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
+        name = entry["name"].removesuffix(f"_{variant}")
+        built[name] = (sass.instructions(tmp_path / entry["file"]), sass.instructions(sass.OBJECTS / f"{name}.cubin"))
+    return built
+
+
+def _first_pair_kernel() -> str:
     (kernel,) = [k for k in sm90a.BF16_KERNELS if k["code_test"] and sm90a.CODE_TEST_EDGE[k["d_qk"]] == "first_pair"]
-    entry = entries.pop(f"{kernel['name']}_{variant}")
-    # any other kernel it builds for is a second Q buffer alone: no first pair to change
-    assert all(e.get("q_buffers", 1) > 1 for e in entries.values())
-    assert entry["same_results_as_shipped"] and entry["resources"]["local_bytes"] == 0
-    return (sass.instructions(tmp_path / entry["file"]),
-            sass.instructions(sass.OBJECTS / entry["file"].replace(f"_{variant}", "")))
+    return kernel["name"]
 
 
 def test_the_one_tail_patch_runs_every_steady_step_in_the_loop(tmp_path):
-    code, shipped = _first_pair_variant(tmp_path, "one_tail.patch", "one_tail")
+    built = _built(tmp_path, "one_tail.patch", "one_tail")
+    assert list(built) == [_first_pair_kernel()]  # no other kernel has the first pair's loop
+    code, shipped = built[_first_pair_kernel()]
     # one steady step's wgmmas fewer (QK^T and P V, 16 at d = 128): the tail's copy of the loop's first form
     assert _count(shipped, GEMM) - _count(code, GEMM) == 16
 
@@ -255,25 +260,36 @@ def test_the_double_q_patch_gives_the_d128_kernels_a_second_q_buffer_loaded_firs
 
 @pytest.mark.parametrize("variant", ["stores_under_qk", "stores_under_qk_double_q", "tile_start"])
 def test_the_stores_under_qk_patch_stores_each_tiles_o_under_the_next_first_qk(tmp_path, variant):
-    code, shipped = _first_pair_variant(tmp_path, "stores_under_qk.patch", variant)
-    assert _count(code, GEMM) == _count(shipped, GEMM)
-    # three sites store a tile's O: after the first step's QK^T and after the first pair's, each with all its
-    # stmatrix and 16-byte stores between those QK^T and their wait, and after the walk
-    assert _count(code, "STSM") == 3 * _count(shipped, "STSM")
-    assert not sass.epilogue(code)  # no P V wait ahead of the stores
-    stores = [i for i, c in enumerate(code) if c.startswith("STSM") or "STG.E.128" in c]
+    built = _built(tmp_path, "stores_under_qk.patch", variant)
+    code_test = {k["name"]: k for k in sm90a.BF16_KERNELS if k["code_test"]}
+    # the code-test kernels, d_qk = 192 only without the second Q buffer it has no room for (any other kernel built
+    # has that buffer alone)
+    assert {n for n in built if n in code_test} == {n for n, k in code_test.items()
+                                                    if variant == "stores_under_qk" or k["d_qk"] == 128}
+    for name, (code, shipped) in built.items():
+        if name not in code_test:
+            continue
+        assert _count(code, GEMM) == _count(shipped, GEMM)
+        # the sites that store a tile's O: after the first step's QK^T (and the first pair's, at d = 128), each with
+        # all its stmatrix and 16-byte stores between those QK^T and their wait, and after the walk
+        sites = 3 if name == _first_pair_kernel() else 2
+        assert _count(code, "STSM") == sites * _count(shipped, "STSM")
+        assert not sass.epilogue(code)  # no P V wait ahead of the stores
+        stores = [i for i, c in enumerate(code) if c.startswith("STSM") or "STG.E.128" in c]
 
-    def last_before(at: int, pattern: str) -> int:
-        return max((i for i in range(at) if re.search(pattern, code[i])), default=-1)
+        def last_before(at: int, pattern: str, code=code) -> int:
+            return max((i for i in range(at) if re.search(pattern, code[i])), default=-1)
 
-    def in_flight(at: int) -> bool:  # a wgmma issued before `at` and not yet waited for
-        return last_before(at, GEMM) > last_before(at, "WARPGROUP.DEPBAR")
+        def in_flight(at: int) -> bool:  # a wgmma issued before `at` and not yet waited for
+            return last_before(at, GEMM) > last_before(at, "WARPGROUP.DEPBAR")
 
-    assert sum(map(in_flight, stores)) == 2 * len(stores) // 3
+        assert sum(map(in_flight, stores)) == (sites - 1) * len(stores) // sites
 
 
 def test_the_pair_k_ahead_variant_loads_the_first_pairs_second_k_before_its_first_v(tmp_path):
-    code, shipped = _first_pair_variant(tmp_path, "stores_under_qk.patch", "pair_k_ahead")
+    built = _built(tmp_path, "stores_under_qk.patch", "pair_k_ahead")
+    assert list(built) == [_first_pair_kernel()]
+    code, shipped = built[_first_pair_kernel()]
     assert _count(code, GEMM) == _count(shipped, GEMM)
     assert _count(code, "UTMALDG") - _count(shipped, "UTMALDG") == 128 // 64  # K of key tile 1: its two boxes
 
