@@ -27,7 +27,7 @@ _FUNCTION = re.compile(r"\n\s*Function : (\S+)")
 LOCAL_MEMORY = re.compile(r"\b(LDL|STL)\b")
 S_WAIT = "WARPGROUP.DEPBAR.LE gsb0, 0x1"
 PV_WAIT = "WARPGROUP.DEPBAR.LE gsb0, 0x0"
-_O_STORE = re.compile(r"STG\.E\.128|UBLKCP")  # O's 16-byte stores (staged) or bulk copies (epilogue.cuh)
+_O_STORE = re.compile(r"STG\.E\.128|UBLKCP|UTMASTG")  # O's 16-byte stores (staged), bulk copies or tensor stores
 BRANCH = re.compile(r"\bBRA\b[^;]*?0x([0-9a-f]+)")  # a branch and its target address, as cuobjdump and ncu print it
 
 
@@ -106,9 +106,9 @@ def serialised(code: list[str]) -> bool:
 
 
 def epilogue(code: list[str]) -> list[str]:
-    """A query tile's epilogue after its last P V: from the P V wait before O's first `stmatrix` (the staged and
-    bulk-copy stores) to O's last 16-byte store or bulk copy, NOPs left out; empty for a cubin without stmatrix or
-    without a P V wait before it (O stored under the next QK^T)."""
+    """A query tile's epilogue after its last P V: from the P V wait before O's first `stmatrix` (the staged,
+    bulk-copy and tensor stores) to O's last 16-byte store, bulk copy or tensor store, NOPs left out; empty for a cubin
+    without stmatrix or without a P V wait before it (O stored under the next QK^T)."""
     first = next((i for i, c in enumerate(code) if c.startswith("STSM")), None)
     if first is None:
         return []
