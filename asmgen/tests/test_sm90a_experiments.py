@@ -294,21 +294,34 @@ def test_the_pair_k_ahead_variant_loads_the_first_pairs_second_k_before_its_firs
     assert _count(code, "UTMALDG") - _count(shipped, "UTMALDG") == 128 // 64  # K of key tile 1: its two boxes
 
 
-@pytest.mark.parametrize("variant", ["tma_store", "tma_store_one_box"])
+@pytest.mark.parametrize("variant", ["tma_store", "tma_store_one_box", "tma_store_late"])
 def test_the_tma_store_patch_hands_each_warps_o_to_the_tma_engine_in_two_tensor_stores(tmp_path, variant):
     built = _built(tmp_path, "tma_store.patch", variant)
     # both boxes staged at once take 16 KiB more shared memory: d = 128 only
     assert sorted(built) == sorted(k["name"] for k in sm90a.BF16_KERNELS
                                    if variant == "tma_store_one_box" or k["d_qk"] == 128)
-    for code, shipped in built.values():
+    for name, (code, shipped) in built.items():
         assert _count(code, GEMM) == _count(shipped, GEMM)
         assert _count(code, "STSM") == _count(shipped, "STSM")  # the same staging of the accumulator's blocks
-        assert _count(code, "UTMASTG") == 2 and not _count(code, r"LDS\.128|STG\.E\.128|UBLKCP")
-        assert 0 < len(sass.epilogue(code)) < len(sass.epilogue(shipped))  # no read-back, no 16-byte stores
+        assert not _count(code, r"LDS\.128|STG\.E\.128|UBLKCP")  # no read-back, no 16-byte stores
+        if variant != "tma_store_late":
+            assert _count(code, "UTMASTG") == 2 and 0 < len(sass.epilogue(code)) < len(sass.epilogue(shipped))
+            continue
+        # the stores issued at each tile start (the first step, and the first pair in the code-test kernel) with
+        # that start's first GEMMs in flight, and after the walk
+        starts = 2 if name == _first_pair_kernel() else 1
+        stores = [i for i, c in enumerate(code) if "UTMASTG" in c]
+
+        def in_flight(at: int, code=code) -> bool:  # a wgmma issued before `at` and not yet waited for
+            last = {p: max((i for i in range(at) if re.search(p, code[i])), default=-1)
+                    for p in (GEMM, "WARPGROUP.DEPBAR")}
+            return last[GEMM] > last["WARPGROUP.DEPBAR"]
+
+        assert len(stores) == 2 * (starts + 1) and sum(map(in_flight, stores)) == 2 * starts
     for entry in json.loads((tmp_path / "manifest.json").read_text())["kernels"]:
         assert entry["args"][:-1] == sm90a.ARGS and entry["args"][-1]["name"] == "out_map"  # after the shipped ones
         staging = entry["shared_bytes"] - sm90a.shared_bytes(entry, "direct")
-        assert staging == (2 if variant == "tma_store" else 1) * 128 * 128  # 128 rows of one or two 128-byte boxes
+        assert staging == (1 if variant == "tma_store_one_box" else 2) * 128 * 128  # 128 rows of 1 or 2 boxes
 
 
 def test_the_alternate_patch_puts_each_steps_exponentials_inside_a_turn(tmp_path):
@@ -491,7 +504,7 @@ def test_a_patch_names_the_variants_it_adds():
     assert experiments.patch_variants("diagonal_half.patch") == ["diagonal_half", "diagonal_half_softmax"]
     assert experiments.patch_variants("prefetch.patch") == ["prefetch_job", "prefetch_q", "prefetch_qkv"]
     assert experiments.patch_variants("one_tail.patch") == ["one_tail"]
-    assert experiments.patch_variants("tma_store.patch") == ["tma_store", "tma_store_one_box"]
+    assert experiments.patch_variants("tma_store.patch") == ["tma_store", "tma_store_late", "tma_store_one_box"]
     assert experiments.patch_variants("stores_under_qk.patch") == ["double_q", "pair_k_ahead", "stores_under_qk",
                                                                    "stores_under_qk_double_q", "tile_start"]
     assert experiments.patch_variants("exp2_poly.patch") == []  # built by comprehension: named with --only
