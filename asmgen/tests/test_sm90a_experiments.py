@@ -277,13 +277,7 @@ def test_the_stores_under_qk_patch_stores_each_tiles_o_under_the_next_first_qk(t
         assert not sass.epilogue(code)  # no P V wait ahead of the stores
         stores = [i for i, c in enumerate(code) if c.startswith("STSM") or "STG.E.128" in c]
 
-        def last_before(at: int, pattern: str, code=code) -> int:
-            return max((i for i in range(at) if re.search(pattern, code[i])), default=-1)
-
-        def in_flight(at: int) -> bool:  # a wgmma issued before `at` and not yet waited for
-            return last_before(at, GEMM) > last_before(at, "WARPGROUP.DEPBAR")
-
-        assert sum(map(in_flight, stores)) == (sites - 1) * len(stores) // sites
+        assert sum(_in_flight(code, at) for at in stores) == (sites - 1) * len(stores) // sites
 
 
 def test_the_pair_k_ahead_variant_loads_the_first_pairs_second_k_before_its_first_v(tmp_path):
@@ -311,13 +305,7 @@ def test_the_tma_store_patch_hands_each_warps_o_to_the_tma_engine_in_two_tensor_
         # that start's first GEMMs in flight, and after the walk
         starts = 2 if name == _first_pair_kernel() else 1
         stores = [i for i, c in enumerate(code) if "UTMASTG" in c]
-
-        def in_flight(at: int, code=code) -> bool:  # a wgmma issued before `at` and not yet waited for
-            last = {p: max((i for i in range(at) if re.search(p, code[i])), default=-1)
-                    for p in (GEMM, "WARPGROUP.DEPBAR")}
-            return last[GEMM] > last["WARPGROUP.DEPBAR"]
-
-        assert len(stores) == 2 * (starts + 1) and sum(map(in_flight, stores)) == 2 * starts
+        assert len(stores) == 2 * (starts + 1) and sum(_in_flight(code, at) for at in stores) == 2 * starts
     for entry in json.loads((tmp_path / "manifest.json").read_text())["kernels"]:
         assert entry["args"][:-1] == sm90a.ARGS and entry["args"][-1]["name"] == "out_map"  # after the shipped ones
         staging = entry["shared_bytes"] - sm90a.shared_bytes(entry, "direct")
@@ -428,6 +416,14 @@ def test_each_microbenchmark_loop_holds_the_instructions_it_measures(tmp_path):
 GEMM = r"\b[HQ]GMMA\b"  # a wgmma: BF16 or FP8 operands
 REGISTER_A = re.compile(r"[HQ]GMMA\.\S+ R\d+, R\d+, gdesc")  # a P V: A (P) from registers
 O_STORES = r"STSM|STG\.E\.128|UBLKCP"  # O's staged or bulk stores (epilogue.cuh)
+
+
+def _in_flight(code: list[str], at: int) -> bool:
+    """Whether a wgmma issued before instruction `at` of `code` is not yet waited for there."""
+    def last(pattern: str) -> int:
+        return max((i for i in range(at) if re.search(pattern, code[i])), default=-1)
+
+    return last(GEMM) > last("WARPGROUP.DEPBAR")
 
 
 def _count(code: list[str], pattern: str) -> int:
