@@ -170,6 +170,10 @@ def test_the_timing_patch_builds_timed_regions_variants_whose_region_sums_the_re
     assert steady["softmax"] == 2500 and steady["count"] == 10 and steady["tiles"] == 4
     assert steady["per_step"] == 1000 and steady["total"] == 8000 and steady["per_tile_work"] == 3000
     assert next(r for r in rows if r["region"] == "last")["epilogue"] == 1000
+    # the longest walk: CTA 1's first consumer, whose total is spread over two groups
+    sums[(1 * timing.CONSUMER_WARPS) * groups * len(slots) + slots.index("total")] = 30000
+    sums[(1 * timing.CONSUMER_WARPS) * groups * len(slots) + len(slots) + slots.index("total")] = 6000
+    assert timing.walk_cycles(sums, grid=2, dtype="bf16", groups=groups) == 36000
 
 
 def test_the_timing_patch_times_the_regions_with_each_epilogue_store(tmp_path):

@@ -18,7 +18,9 @@ also split the softmax phase into its parts. Columns a kernel does not time are 
 (BF16) keep a query tile's regions apart: its first steps (the first step, or the first pair: key tiles 0 and 1, the
 diagonal one where the tile is 0 or 1), the steady steps, the diagonal step, and the last P V with the epilogue and the
 next tile's Q wait; for them a second table gives each region's phases in cycles per query tile (the steady steps also
-per step) and the per-tile work: a query tile's cycles beyond its key tiles' count of steady steps. Progress to stderr.
+per step) and the per-tile work: a query tile's cycles beyond its key tiles' count of steady steps. A last table
+gives each kernel's time and its longest walk in cycles: their ratio is a lower bound on the SM clock the kernel ran
+at (two variants of equal cycles but unequal times ran at unequal clocks). Progress to stderr.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ CONSUMER_WARPS = 8
 # counts: all key tiles after the first (last: as without regions), query tiles (first), steps (steady, diagonal)
 REGIONS = ("last", "first", "steady", "diagonal")
 REGION_PHASES = ("kv_wait", "issue", "gemm_wait", "softmax", "pv_wait", "tail", "epilogue", "q_wait")
+SPIN_CYCLES = 2_000_000  # kernel_us: the GPU's wait before each timed launch (about a millisecond)
 
 
 def per_step(sums, grid: int, dtype: str = "fp8e4m3") -> list[dict]:
@@ -89,6 +92,35 @@ def per_region(sums, grid: int) -> list[dict]:
     return rows
 
 
+def walk_cycles(sums, grid: int, dtype: str = "fp8e4m3", groups: int = 1) -> float:
+    """The cycles of the longest walk of the grid's CTAs (warp 0 of the first consumer, its stopwatch's total over
+    the `groups` of slots: 4 for timed_regions), from the uint32 sums (CTA, consumer warp, group, slot): divided by
+    the kernel's time, a lower bound on the SM clock it ran at."""
+    import torch
+
+    slots = SLOTS[dtype]
+    size = grid * CONSUMER_WARPS * groups * len(slots)
+    table = torch.as_tensor(sums, dtype=torch.int64)[:size].reshape(grid, CONSUMER_WARPS, groups, len(slots))
+    return table[:, 0, :, slots.index("total")].sum(1).max().item()
+
+
+def kernel_us(launch, repeats: int = 5) -> float:
+    """The median time of `launch()`'s kernel in microseconds, between events that the GPU reaches only after a spin
+    of about a millisecond, so that the host's work on the launch falls inside the spin, not inside the time."""
+    import torch
+
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(SPIN_CYCLES)
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m asmgen.sm90a.experiments.timing", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -113,6 +145,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     torch.manual_seed(0)
     regions = []  # the timed_regions kernels' rows, printed as a second table
+    clocks = []  # per kernel and shape: its time, the longest walk's cycles (a third table)
     for kernel in kernels:
         for seqlen in args.seqlens:
             for heads, heads_k in ((max(32, 262144 // seqlen),) * 2, (32, 8)):
@@ -129,10 +162,17 @@ def main() -> int:
                     (q8, qd), (k8, kd), (v8, vd) = (zyfa.fp8_quantize(t) for t in (q, k, v))
                     inputs = q8, k8, v8
                     descales = tuple(d.reshape(1, 1).expand(1, heads_k).contiguous() for d in (qd, kd, vd))
-                for _ in range(3):  # the last call's sums are read
-                    _, lse = sm90a.run(kernel, *inputs, kernel.d_qk ** -0.5, "bshd", descales=descales)
-                torch.cuda.synchronize()
-                sums = lse.reshape(-1).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+                out = []
+
+                def launch(kernel=kernel, inputs=inputs, descales=descales, out=out):
+                    out[:] = sm90a.run(kernel, *inputs, kernel.d_qk ** -0.5, "bshd", descales=descales)
+
+                for _ in range(3):
+                    launch()
+                us = kernel_us(launch)  # the last call's sums are read
+                sums = out[1].reshape(-1).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+                clocks.append((kernel.name, seqlen, f"{heads}/{heads_k}", us,
+                               walk_cycles(sums, grid, kernel.dtype, groups)))
                 if kernel.fields.get("timed_regions"):
                     regions += [(kernel.name, seqlen, f"{heads}/{heads_k}", row) for row in per_region(sums, grid)]
                     continue
@@ -149,6 +189,11 @@ def main() -> int:
             print(f"| {name} | {seqlen} | {heads} | {row['consumer']} | {row['region']} | {row['count']:.0f} | "
                   + " | ".join(f"{c:.0f}" for c in phases) + f" | {sum(phases):.0f} | {row['total']:.0f} | "
                   f"{row['per_step']:.0f} | {row['per_tile_work']:.0f} |")
+    print("\n| kernel | S | heads | kernel time (us) | the longest walk (cycles) | cycles per us (at least the SM "
+          "clock, MHz) |")
+    print("|---|---|---|---|---|---|")
+    for name, seqlen, heads, us, cycles in clocks:
+        print(f"| {name} | {seqlen} | {heads} | {us:.1f} | {cycles:.0f} | {cycles / us:.0f} |")
     return 0
 
 
