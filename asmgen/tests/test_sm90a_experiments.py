@@ -280,7 +280,6 @@ def test_the_stores_under_qk_patch_stores_each_tiles_o_under_the_next_first_qk(t
         assert _count(code, "STSM") == sites * _count(shipped, "STSM")
         assert not sass.epilogue(code)  # no P V wait ahead of the stores
         stores = [i for i, c in enumerate(code) if c.startswith("STSM") or "STG.E.128" in c]
-
         assert sum(_in_flight(code, at) for at in stores) == (sites - 1) * len(stores) // sites
 
 

@@ -26,6 +26,7 @@ at (two variants of equal cycles but unequal times ran at unequal clocks). Progr
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -45,15 +46,21 @@ REGION_PHASES = ("kv_wait", "issue", "gemm_wait", "softmax", "pv_wait", "tail", 
 SPIN_CYCLES = 2_000_000  # kernel_us: the GPU's wait before each timed launch (about a millisecond)
 
 
+def _table(sums, grid: int, dtype: str, groups: int = 1):
+    """The uint32 sums (an int64 tensor or a list, row-major) as an int64 tensor (CTA, consumer warp, group, slot)."""
+    import torch
+
+    slots = SLOTS[dtype]
+    size = grid * CONSUMER_WARPS * groups * len(slots)
+    return torch.as_tensor(sums, dtype=torch.int64)[:size].reshape(grid, CONSUMER_WARPS, groups, len(slots))
+
+
 def per_step(sums, grid: int, dtype: str = "fp8e4m3") -> list[dict]:
     """The cycles per key-tile step of each step phase for warp 0 of each consumer warpgroup, averaged over the
     grid's CTAs, from the uint32 sums (CTA, consumer warp, slot) in row-major order (an int64 tensor or a list) of a
     kernel of element type `dtype`; 0 for the phases it does not time."""
-    import torch
-
     slots = SLOTS[dtype]
-    table = torch.as_tensor(sums, dtype=torch.int64)[: grid * CONSUMER_WARPS * len(slots)]
-    table = table.reshape(grid, CONSUMER_WARPS, len(slots)).double().mean(0)
+    table = _table(sums, grid, dtype)[:, :, 0].double().mean(0)
     rows = []
     for consumer in (0, 1):
         warp = table[4 * consumer]
@@ -70,12 +77,8 @@ def per_region(sums, grid: int) -> list[dict]:
     """Per consumer (warp 0) and region of a timed_regions kernel: its phases in cycles per query tile, its count,
     and for the consumer the cycles per query tile in all, per steady step and beyond the steady steps (the per-tile
     work), from the uint32 sums (CTA, consumer warp, region, slot) in row-major order, averaged over the CTAs."""
-    import torch
-
     slots = SLOTS["bf16"]
-    size = grid * CONSUMER_WARPS * len(REGIONS) * len(slots)
-    table = torch.as_tensor(sums, dtype=torch.int64)[:size].reshape(grid, CONSUMER_WARPS, len(REGIONS), len(slots))
-    table = table.double().mean(0)
+    table = _table(sums, grid, "bf16", len(REGIONS)).double().mean(0)
     rows = []
     for consumer in (0, 1):
         warp = table[4 * consumer]
@@ -96,17 +99,13 @@ def walk_cycles(sums, grid: int, dtype: str = "fp8e4m3", groups: int = 1) -> flo
     """The cycles of the longest walk of the grid's CTAs (warp 0 of the first consumer, its stopwatch's total over
     the `groups` of slots: 4 for timed_regions), from the uint32 sums (CTA, consumer warp, group, slot): divided by
     the kernel's time, a lower bound on the SM clock it ran at."""
-    import torch
-
-    slots = SLOTS[dtype]
-    size = grid * CONSUMER_WARPS * groups * len(slots)
-    table = torch.as_tensor(sums, dtype=torch.int64)[:size].reshape(grid, CONSUMER_WARPS, groups, len(slots))
-    return table[:, 0, :, slots.index("total")].sum(1).max().item()
+    return _table(sums, grid, dtype, groups)[:, 0, :, SLOTS[dtype].index("total")].sum(1).max().item()
 
 
-def kernel_us(launch, repeats: int = 5) -> float:
+def kernel_us(launch, repeats: int = 5) -> tuple[float, object]:
     """The median time of `launch()`'s kernel in microseconds, between events that the GPU reaches only after a spin
-    of about a millisecond, so that the host's work on the launch falls inside the spin, not inside the time."""
+    of about a millisecond, so that the host's work on the launch falls inside the spin, not inside the time; and
+    what the last launch returned."""
     import torch
 
     times = []
@@ -114,11 +113,11 @@ def kernel_us(launch, repeats: int = 5) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda._sleep(SPIN_CYCLES)
         start.record()
-        launch()
+        result = launch()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3)
-    return sorted(times)[len(times) // 2]
+    return sorted(times)[len(times) // 2], result
 
 
 def main() -> int:
@@ -162,15 +161,11 @@ def main() -> int:
                     (q8, qd), (k8, kd), (v8, vd) = (zyfa.fp8_quantize(t) for t in (q, k, v))
                     inputs = q8, k8, v8
                     descales = tuple(d.reshape(1, 1).expand(1, heads_k).contiguous() for d in (qd, kd, vd))
-                out = []
-
-                def launch(kernel=kernel, inputs=inputs, descales=descales, out=out):
-                    out[:] = sm90a.run(kernel, *inputs, kernel.d_qk ** -0.5, "bshd", descales=descales)
-
+                launch = functools.partial(sm90a.run, kernel, *inputs, kernel.d_qk ** -0.5, "bshd", descales=descales)
                 for _ in range(3):
                     launch()
-                us = kernel_us(launch)  # the last call's sums are read
-                sums = out[1].reshape(-1).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+                us, (_, lse) = kernel_us(launch)  # the last call's sums are read
+                sums = lse.reshape(-1).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
                 clocks.append((kernel.name, seqlen, f"{heads}/{heads_k}", us,
                                walk_cycles(sums, grid, kernel.dtype, groups)))
                 if kernel.fields.get("timed_regions"):
