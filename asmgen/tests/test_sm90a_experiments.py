@@ -174,6 +174,9 @@ def test_the_timing_patch_builds_timed_regions_variants_whose_region_sums_the_re
     sums[(1 * timing.CONSUMER_WARPS) * groups * len(slots) + slots.index("total")] = 30000
     sums[(1 * timing.CONSUMER_WARPS) * groups * len(slots) + len(slots) + slots.index("total")] = 6000
     assert timing.walk_cycles(sums, grid=2, dtype="bf16", groups=groups) == 36000
+    # CTA 0's walk of 32000 cycles waits 4000 for CTA 1's: the SMs idle 1 - 34000 / 36000 of the time
+    assert timing.walks(sums, grid=2, dtype="bf16", groups=groups).tolist() == [32000, 36000]
+    assert timing.idle_share(sums, grid=2, dtype="bf16", groups=groups) == pytest.approx(1 - 34000 / 36000)
 
 
 def test_the_timing_patch_times_the_regions_with_each_epilogue_store(tmp_path):
@@ -313,6 +316,67 @@ def test_the_tma_store_patch_hands_each_warps_o_to_the_tma_engine_in_two_tensor_
         assert entry["args"][:-1] == sm90a.ARGS and entry["args"][-1]["name"] == "out_map"  # after the shipped ones
         staging = entry["shared_bytes"] - sm90a.shared_bytes(entry, "direct")
         assert staging == (1 if variant == "tma_store_one_box" else 2) * 128 * 128  # 128 rows of 1 or 2 boxes
+
+
+def test_the_timing_tma_store_patch_times_the_regions_of_kernels_that_store_o_by_tensor_stores(tmp_path):
+    from asmgen.sm90a.experiments import timing
+
+    names = ["timed_regions", "timed_regions_tensor", "timed_regions_tensor_one_box"]
+    entries = {e["name"]: e for e in experiments.build_patched(tmp_path, "timing_tma_store.patch", names, ["bf16"])}
+    # both boxes staged at once fit beside d = 128 only; the d_qk = 192 code-test kernel spills with the regions
+    assert set(entries) == {f"{k['name']}_{v}" for k in sm90a.BF16_KERNELS for v in names
+                            if not (k["code_test"] and k["d_qk"] == 192)
+                            and (v != "timed_regions_tensor" or k["d_qk"] == 128)}
+    for name, entry in entries.items():
+        assert entry["timed_regions"] and entry["resources"]["local_bytes"] == 0
+        code = sass.instructions(tmp_path / entry["file"])
+        assert _count(code, r"\bREDG\.E\.ADD") >= 5 * len(timing.SLOTS["bf16"])  # the regions' flushes
+        tensor = not name.endswith("_timed_regions")
+        assert _count(code, "UTMASTG") == (2 if tensor else 0) and _count(code, O_STORES) > 0
+        assert (entry["args"][-1]["name"] == "out_map") == tensor
+        # the same key loop as the control's: as many wgmmas and exponentials
+        control = sass.instructions(tmp_path / entries[name.split("_timed_regions")[0] + "_timed_regions"]["file"])
+        assert _count(code, GEMM) == _count(control, GEMM)
+        assert _count(code, "MUFU.EX2") == _count(control, "MUFU.EX2")
+
+
+def test_the_dynamic_jobs_patch_takes_the_rows_from_a_counter_and_keeps_the_key_loop(tmp_path):
+    built = _built(tmp_path, "dynamic_jobs.patch", "dynamic_jobs")
+    assert sorted(built) == sorted(k["name"] for k in sm90a.BF16_KERNELS)
+    for code, shipped in built.values():
+        # the scheduler's takes and its count among the CTAs done, the last CTA's two resets; the job slot
+        assert _count(code, r"ATOMG\.E\.ADD") == 2 and _count(code, r"ATOMG\.E\.EXCH") == 2
+        assert _count(code, r"\bSTS\.128") == 1 and not _count(shipped, r"\bATOMG")
+        assert _count(code, GEMM) == _count(shipped, GEMM)
+        assert _count(code, "MUFU.EX2") == _count(shipped, "MUFU.EX2")
+    for entry in json.loads((tmp_path / "manifest.json").read_text())["kernels"]:
+        shipped = next(k for k in sm90a.KERNELS if k["name"] == entry["name"].removesuffix("_dynamic_jobs"))
+        assert entry["dynamic_jobs"] and entry["shared_bytes"] == shipped["shared_bytes"] + 32  # 2 barriers, a job
+
+
+def test_the_dynamic_jobs_patch_gives_the_host_a_table_of_every_tile_pairs_first_then_singles_largest_first():
+    import ast
+
+    import numpy as np
+
+    from zyfa.backends import sm90a as backend
+
+    with experiments.patched_tree("dynamic_jobs.patch") as tree:
+        source = (tree / experiments.HOST_FILES[0]).read_text()
+    (function,) = [node for node in ast.parse(source).body
+                   if isinstance(node, ast.FunctionDef) and node.name == "dynamic_job_table"]
+    namespace = {"np": np, "host_job_table": backend.host_job_table}
+    exec(compile(ast.Module([function], type_ignores=[]), "dynamic_job_table", "exec"), namespace)
+    for batch, heads, tiles, grid in ((1, 128, 16, 132), (2, 3, 7, 132), (1, 32, 64, 132), (1, 1, 5, 8)):
+        (table,) = namespace["dynamic_job_table"](batch, heads, tiles, grid)
+        rows, counter = table[:-1], table[-1]
+        assert counter.tolist() == [0, 0, 0, 0] and (rows[:, 2] >= 0).all()
+        tiles_of = sorted((b, h, t) for b, h, lo, hi in rows.tolist() for t in {lo, hi})
+        assert tiles_of == sorted((b, h, t) for b in range(batch) for h in range(heads) for t in range(tiles))
+        single = rows[:, 2] == rows[:, 3]
+        first_single = int(np.argmax(single)) if single.any() else len(rows)
+        assert single[first_single:].all()  # the pairs, then the single tiles
+        assert (np.diff(rows[first_single:, 2]) <= 0).all()  # largest first
 
 
 def test_the_alternate_patch_puts_each_steps_exponentials_inside_a_turn(tmp_path):
@@ -504,6 +568,10 @@ def test_a_patch_names_the_variants_it_adds():
     assert experiments.patch_variants("prefetch.patch") == ["prefetch_job", "prefetch_q", "prefetch_qkv"]
     assert experiments.patch_variants("one_tail.patch") == ["one_tail"]
     assert experiments.patch_variants("tma_store.patch") == ["tma_store", "tma_store_late", "tma_store_one_box"]
+    assert experiments.patch_variants("dynamic_jobs.patch") == ["dynamic_jobs"]
+    both = set(experiments.patch_variants("timing.patch") + experiments.patch_variants("tma_store.patch"))
+    assert set(experiments.patch_variants("timing_tma_store.patch")) == both | {"timed_regions_tensor",
+                                                                                 "timed_regions_tensor_one_box"}
     assert experiments.patch_variants("stores_under_qk.patch") == ["double_q", "pair_k_ahead", "stores_under_qk",
                                                                    "stores_under_qk_double_q", "tile_start"]
     assert experiments.patch_variants("exp2_poly.patch") == []  # built by comprehension: named with --only

@@ -17,16 +17,18 @@ measured slower up to 16K and +1% to +2% at 32K; diagonal_half.patch: the first 
 64 keys its rows see; prefetch.patch: the job's row, Q and first K and V pulled ahead; one_tail.patch: the first-pair
 loop without its tail's copy of a steady step; these three measured level or slower; stores_under_qk.patch: a tile's O
 stored under the next tile's first QK^T, with the other waits of a query tile's first issue taken away (a second Q
-buffer at d = 128, double_q, measured level alone; the first pair's second K ahead of its first V), prepared; the
-patches retired once measured are listed in docs/sm90a.md, "Source layout"), the FMA-pipe exponential the BF16 kernels
-measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks), and microbenchmarks of the FP8
-softmax's pipes and of its step alone, the tensor pipe's rate under the kernels' GEMMs and instruction fetch against
-code size (pipes.cu, softmax_alone.cu, gemm_ceiling.cu, code_fetch.cu: `python -m asmgen.sm90a.experiments.microbench`),
-the job-table orders timed on the shipped kernels (`python -m asmgen.sm90a.experiments.job_orders`), and a benchmark
-run's times split into a key-tile step and per-tile work (`python -m asmgen.sm90a.experiments.fit`). --patch builds the
-variants a patch adds (or those --only names) in a copy of the generator with the patch applied, the working tree left
-as it is; several patches build in turn, and variants built from differently patched trees into one DIR share its
-manifest.
+buffer at d = 128, double_q, measured level alone; the first pair's second K ahead of its first V), measured slower;
+tma_store.patch: O by tensor stores, measured +2% to +5% at 2K and 1-4% slower from 8K; timing_tma_store.patch: the
+stopwatch and the tensor stores together, prepared to find where that loss lies; dynamic_jobs.patch: the CTAs take the
+job rows from a counter, prepared; the patches retired once measured are listed in docs/sm90a.md, "Source layout"), the
+FMA-pipe exponential the BF16 kernels measured as a header (exp2_poly.cuh, whose accuracy ci/gpu_exp2_poly.py checks),
+and microbenchmarks of the FP8 softmax's pipes and of its step alone, the tensor pipe's rate under the kernels' GEMMs
+and instruction fetch against code size (pipes.cu, softmax_alone.cu, gemm_ceiling.cu, code_fetch.cu: `python -m
+asmgen.sm90a.experiments.microbench`), the job-table orders timed on the shipped kernels (`python -m
+asmgen.sm90a.experiments.job_orders`), and a benchmark run's times split into a key-tile step and per-tile work (`python
+-m asmgen.sm90a.experiments.fit`). --patch builds the variants a patch adds (or those --only names) in a copy of the
+generator with the patch applied, the working tree left as it is; several patches build in turn, and variants built from
+differently patched trees into one DIR share its manifest.
 """
 
 from __future__ import annotations

@@ -20,7 +20,9 @@ diagonal one where the tile is 0 or 1), the steady steps, the diagonal step, and
 next tile's Q wait; for them a second table gives each region's phases in cycles per query tile (the steady steps also
 per step) and the per-tile work: a query tile's cycles beyond its key tiles' count of steady steps. A last table
 gives each kernel's time and its longest walk in cycles: their ratio is a lower bound on the SM clock the kernel ran
-at (two variants of equal cycles but unequal times ran at unequal clocks). Progress to stderr.
+at (two variants of equal cycles but unequal times ran at unequal clocks); and the share of the SMs' time idle after
+their CTA's walk, waiting for the longest (what the static job table loses to unequal work or speed, and a dynamic
+one would win back). Progress to stderr.
 """
 
 from __future__ import annotations
@@ -95,11 +97,23 @@ def per_region(sums, grid: int) -> list[dict]:
     return rows
 
 
+def walks(sums, grid: int, dtype: str = "fp8e4m3", groups: int = 1):
+    """Each CTA's walk in cycles (warp 0 of the first consumer, its stopwatch's total over the `groups` of slots: 4
+    for timed_regions), from the uint32 sums (CTA, consumer warp, group, slot), as an int64 tensor."""
+    return _table(sums, grid, dtype, groups)[:, 0, :, SLOTS[dtype].index("total")].sum(1)
+
+
 def walk_cycles(sums, grid: int, dtype: str = "fp8e4m3", groups: int = 1) -> float:
-    """The cycles of the longest walk of the grid's CTAs (warp 0 of the first consumer, its stopwatch's total over
-    the `groups` of slots: 4 for timed_regions), from the uint32 sums (CTA, consumer warp, group, slot): divided by
-    the kernel's time, a lower bound on the SM clock it ran at."""
-    return _table(sums, grid, dtype, groups)[:, 0, :, SLOTS[dtype].index("total")].sum(1).max().item()
+    """The cycles of the longest walk of the grid's CTAs (walks): divided by the kernel's time, a lower bound on the
+    SM clock it ran at."""
+    return walks(sums, grid, dtype, groups).max().item()
+
+
+def idle_share(sums, grid: int, dtype: str = "fp8e4m3", groups: int = 1) -> float:
+    """The share of the SMs' time spent after their CTA's walk, waiting for the longest one: 1 - mean / longest
+    (walks). What a static job table loses where the CTAs' work or speed differ."""
+    cycles = walks(sums, grid, dtype, groups).double()
+    return 1.0 - (cycles.mean() / cycles.max()).item()
 
 
 def kernel_us(launch, repeats: int = 5) -> tuple[float, object]:
@@ -166,8 +180,8 @@ def main() -> int:
                     launch()
                 us, (_, lse) = kernel_us(launch)  # the last call's sums are read
                 sums = lse.reshape(-1).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-                clocks.append((kernel.name, seqlen, f"{heads}/{heads_k}", us,
-                               walk_cycles(sums, grid, kernel.dtype, groups)))
+                walk = (sums, grid, kernel.dtype, groups)
+                clocks.append((kernel.name, seqlen, f"{heads}/{heads_k}", us, walk_cycles(*walk), idle_share(*walk)))
                 if kernel.fields.get("timed_regions"):
                     regions += [(kernel.name, seqlen, f"{heads}/{heads_k}", row) for row in per_region(sums, grid)]
                     continue
@@ -185,10 +199,10 @@ def main() -> int:
                   + " | ".join(f"{c:.0f}" for c in phases) + f" | {sum(phases):.0f} | {row['total']:.0f} | "
                   f"{row['per_step']:.0f} | {row['per_tile_work']:.0f} |")
     print("\n| kernel | S | heads | kernel time (us) | the longest walk (cycles) | cycles per us (at least the SM "
-          "clock, MHz) |")
-    print("|---|---|---|---|---|---|")
-    for name, seqlen, heads, us, cycles in clocks:
-        print(f"| {name} | {seqlen} | {heads} | {us:.1f} | {cycles:.0f} | {cycles / us:.0f} |")
+          "clock, MHz) | idle after the walk (1 - mean / longest) |")
+    print("|---|---|---|---|---|---|---|")
+    for name, seqlen, heads, us, cycles, idle in clocks:
+        print(f"| {name} | {seqlen} | {heads} | {us:.1f} | {cycles:.0f} | {cycles / us:.0f} | {idle:.1%} |")
     return 0
 
 
