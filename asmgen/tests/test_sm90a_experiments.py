@@ -340,18 +340,20 @@ def test_the_timing_tma_store_patch_times_the_regions_of_kernels_that_store_o_by
         assert _count(code, "MUFU.EX2") == _count(control, "MUFU.EX2")
 
 
-def test_the_dynamic_jobs_patch_takes_the_rows_from_a_counter_and_keeps_the_key_loop(tmp_path):
-    built = _built(tmp_path, "dynamic_jobs.patch", "dynamic_jobs")
+@pytest.mark.parametrize("variant", ["job_slot", "dynamic_jobs"])
+def test_the_dynamic_jobs_patch_hands_the_jobs_over_in_shared_memory_and_keeps_the_key_loop(tmp_path, variant):
+    built = _built(tmp_path, "dynamic_jobs.patch", variant)
     assert sorted(built) == sorted(k["name"] for k in sm90a.BF16_KERNELS)
     for code, shipped in built.values():
-        # the scheduler's takes and its count among the CTAs done, the last CTA's two resets; the job slot
-        assert _count(code, r"ATOMG\.E\.ADD") == 2 and _count(code, r"ATOMG\.E\.EXCH") == 2
-        assert _count(code, r"\bSTS\.128") == 1 and not _count(shipped, r"\bATOMG")
+        # dynamic_jobs: the scheduler's takes and its count among the CTAs done, the last CTA's two resets
+        counter = variant == "dynamic_jobs"
+        assert _count(code, r"ATOMG\.E\.ADD") == 2 * counter and _count(code, r"ATOMG\.E\.EXCH") == 2 * counter
+        assert _count(code, r"\bSTS\.128") == 1 and not _count(shipped, r"\bATOMG")  # the job slot
         assert _count(code, GEMM) == _count(shipped, GEMM)
         assert _count(code, "MUFU.EX2") == _count(shipped, "MUFU.EX2")
     for entry in json.loads((tmp_path / "manifest.json").read_text())["kernels"]:
-        shipped = next(k for k in sm90a.KERNELS if k["name"] == entry["name"].removesuffix("_dynamic_jobs"))
-        assert entry["dynamic_jobs"] and entry["shared_bytes"] == shipped["shared_bytes"] + 32  # 2 barriers, a job
+        shipped = next(k for k in sm90a.KERNELS if k["name"] == entry["name"].removesuffix(f"_{variant}"))
+        assert entry[variant] and entry["shared_bytes"] == shipped["shared_bytes"] + 32  # 2 barriers, a job
 
 
 def test_the_dynamic_jobs_patch_gives_the_host_a_table_of_every_tile_pairs_first_then_singles_largest_first():
@@ -568,7 +570,7 @@ def test_a_patch_names_the_variants_it_adds():
     assert experiments.patch_variants("prefetch.patch") == ["prefetch_job", "prefetch_q", "prefetch_qkv"]
     assert experiments.patch_variants("one_tail.patch") == ["one_tail"]
     assert experiments.patch_variants("tma_store.patch") == ["tma_store", "tma_store_late", "tma_store_one_box"]
-    assert experiments.patch_variants("dynamic_jobs.patch") == ["dynamic_jobs"]
+    assert experiments.patch_variants("dynamic_jobs.patch") == ["dynamic_jobs", "job_slot"]
     both = set(experiments.patch_variants("timing.patch") + experiments.patch_variants("tma_store.patch"))
     assert set(experiments.patch_variants("timing_tma_store.patch")) == both | {"timed_regions_tensor",
                                                                                  "timed_regions_tensor_one_box"}
