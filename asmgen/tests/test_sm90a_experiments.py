@@ -4,7 +4,9 @@ choice changed, and none equal to its shipped kernel is built. Needs nvcc and cu
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import re
 import subprocess
 import sys
@@ -354,6 +356,77 @@ def test_the_dynamic_jobs_patch_hands_the_jobs_over_in_shared_memory_and_keeps_t
     for entry in json.loads((tmp_path / "manifest.json").read_text())["kernels"]:
         shipped = next(k for k in sm90a.KERNELS if k["name"] == entry["name"].removesuffix(f"_{variant}"))
         assert entry[variant] and entry["shared_bytes"] == shipped["shared_bytes"] + 32  # 2 barriers, a job
+
+
+def _dynamic_walk(rows: list, grid: int, counts: list, rng) -> list[list[list]]:
+    """A model of dynamic_jobs.patch's walk (tile_scheduler.cuh, schedule_jobs and take_jobs with kDynamicJobs) under a
+    random interleaving of every CTA's scheduler and its nine readers (the producer thread and the consumer warps):
+    the jobs each reader of each CTA walked. `counts` is the counter row, left as the last CTA leaves it."""
+    readers, walked = 9, [[[] for _ in range(9)] for _ in range(grid)]
+    full, empty, slot = [0] * grid, [0] * grid, [None] * grid  # mbarrier phases done, the slot's job
+    empty_arrivals = [0] * grid
+
+    def take() -> int:
+        counts[0] += 1
+        return grid + counts[0] - 1
+
+    def scheduler(cta):
+        index, parity = cta, 0
+        while True:
+            job = rows[index] if index < len(rows) else None
+            if job is not None and job[2] < 0:  # an empty row
+                index = take()
+                yield
+                continue
+            while empty[cta] % 2 == parity ^ 1:  # mbar_wait(job_empty, parity ^ 1)
+                yield
+            slot[cta], full[cta], parity = job, full[cta] + 1, parity ^ 1
+            if job is None:
+                break
+            index = take()
+            yield
+        counts[1] += 1
+        if counts[1] == grid:  # the last CTA done
+            counts[0] = counts[1] = 0
+
+    def reader(cta, r):
+        for parity in itertools.cycle((0, 1)):
+            while full[cta] % 2 == parity:  # mbar_wait(job_full, parity)
+                yield
+            job = slot[cta]
+            empty_arrivals[cta] += 1
+            if empty_arrivals[cta] == readers:
+                empty_arrivals[cta], empty[cta] = 0, empty[cta] + 1
+            if job is None:
+                return
+            walked[cta][r].append(job)
+            yield
+
+    actors = [scheduler(c) for c in range(grid)] + [reader(c, r) for c in range(grid) for r in range(readers)]
+    for _ in range(200_000):
+        if not actors:
+            return walked
+        actor = rng.choice(actors)
+        try:
+            next(actor)
+        except StopIteration:
+            actors.remove(actor)
+    raise AssertionError("the walk did not end: a deadlock")
+
+
+def test_the_dynamic_walk_gives_each_row_to_one_cta_whose_readers_all_walk_it_and_resets_its_counter():
+    rng = random.Random(0)
+    rows = [[0, h, t, 7 - t] for h in range(5) for t in range(4)] + [[0, 5, t, t] for t in (7, 6, 5, 4, 3, 2, 1, 0)]
+    rows[9] = [-1, -1, -1, -1]  # an empty row (a static table's padding) is skipped
+    counts = [0, 0]
+    for launch in range(20):  # launches in a row: each starts from the counter the last one left
+        grid = rng.choice((1, 3, 8, len(rows)))
+        walked = _dynamic_walk(rows, grid, counts, rng)
+        assert counts == [0, 0], launch
+        for cta in walked:
+            assert all(walk == cta[0] for walk in cta)  # the producer and every consumer warp walk the same jobs
+        taken = sorted(tuple(job) for cta in walked for job in cta[0])
+        assert taken == sorted(tuple(row) for row in rows if row[2] >= 0)
 
 
 def test_the_dynamic_jobs_patch_gives_the_host_a_table_of_every_tile_pairs_first_then_singles_largest_first():
