@@ -362,9 +362,11 @@ def _dynamic_walk(rows: list, grid: int, counts: list, rng) -> list[list[list]]:
     """A model of dynamic_jobs.patch's walk (tile_scheduler.cuh, schedule_jobs and take_jobs with kDynamicJobs) under a
     random interleaving of every CTA's scheduler and its nine readers (the producer thread and the consumer warps):
     the jobs each reader of each CTA walked. `counts` is the counter row, left as the last CTA leaves it."""
+    from asmgen.sm90a.protocol import Barrier
+
     readers, walked = 9, [[[] for _ in range(9)] for _ in range(grid)]
-    full, empty, slot = [0] * grid, [0] * grid, [None] * grid  # mbarrier phases done, the slot's job
-    empty_arrivals = [0] * grid
+    full, empty = [Barrier(1) for _ in range(grid)], [Barrier(readers) for _ in range(grid)]
+    slot = [None] * grid  # the slot's job
 
     def take() -> int:
         counts[0] += 1
@@ -378,9 +380,10 @@ def _dynamic_walk(rows: list, grid: int, counts: list, rng) -> list[list[list]]:
                 index = take()
                 yield
                 continue
-            while empty[cta] % 2 == parity ^ 1:  # mbar_wait(job_empty, parity ^ 1)
+            while empty[cta].phases % 2 == parity ^ 1:  # mbar_wait(job_empty, parity ^ 1)
                 yield
-            slot[cta], full[cta], parity = job, full[cta] + 1, parity ^ 1
+            slot[cta], parity = job, parity ^ 1
+            full[cta].arrive()
             if job is None:
                 break
             index = take()
@@ -391,12 +394,10 @@ def _dynamic_walk(rows: list, grid: int, counts: list, rng) -> list[list[list]]:
 
     def reader(cta, r):
         for parity in itertools.cycle((0, 1)):
-            while full[cta] % 2 == parity:  # mbar_wait(job_full, parity)
+            while full[cta].phases % 2 == parity:  # mbar_wait(job_full, parity)
                 yield
             job = slot[cta]
-            empty_arrivals[cta] += 1
-            if empty_arrivals[cta] == readers:
-                empty_arrivals[cta], empty[cta] = 0, empty[cta] + 1
+            empty[cta].arrive()
             if job is None:
                 return
             walked[cta][r].append(job)
